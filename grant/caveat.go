@@ -1,0 +1,393 @@
+package grant
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Caveat is one restriction of a grant: a single-key JSON object (§6.3).
+// Value holds the canonical JSON of the object's value (§10).
+//
+// A Caveat decoded from a token keeps the exact bytes that were signed. A
+// caveat of a kind this package does not know, or with a malformed value,
+// still decodes; it is never satisfied (§6.3: fail closed).
+type Caveat struct {
+	Name  string
+	Value json.RawMessage
+}
+
+// The caveat kinds of §6.3.
+const (
+	CaveatSvc   = "svc"
+	CaveatVerbs = "verbs"
+	CaveatCan   = "can"
+	CaveatExp   = "exp"
+	CaveatNbf   = "nbf"
+	CaveatPer   = "per"
+	CaveatSpend = "spend"
+	CaveatRisk  = "risk"
+	CaveatOnly  = "only"
+)
+
+// The risk levels of §5.1 and §6.3, in increasing order.
+const (
+	RiskLow    = "low"
+	RiskMedium = "medium"
+	RiskHigh   = "high"
+)
+
+// RiskRank returns the order of a risk level (low 0, medium 1, high 2) and
+// whether level is one of the three.
+func RiskRank(level string) (int, bool) {
+	switch level {
+	case RiskLow:
+		return 0, true
+	case RiskMedium:
+		return 1, true
+	case RiskHigh:
+		return 2, true
+	}
+	return 0, false
+}
+
+var (
+	_ json.Marshaler   = Caveat{}
+	_ json.Unmarshaler = (*Caveat)(nil)
+	_ fmt.Stringer     = Caveat{}
+)
+
+// caveatLimits bound a caveat value while a token is decoded. With them, a
+// caveat's evaluation costs at most MaxListLen pattern matches of at most
+// MaxStringLen bytes, whatever the attacker sends.
+var caveatLimits = readLimits{depth: 8, list: MaxListLen, str: MaxStringLen}
+
+func stringsValue(ss []string) json.RawMessage {
+	b := []byte{'['}
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, strings.ToValidUTF8(s, "\uFFFD"))
+	}
+	return append(b, ']')
+}
+
+func stringValue(s string) json.RawMessage {
+	return appendString(nil, strings.ToValidUTF8(s, "\uFFFD"))
+}
+
+func moneyValue(m Money) json.RawMessage {
+	b := append([]byte(`{"currency":`), appendString(nil, strings.ToValidUTF8(m.Currency, "\uFFFD"))...)
+	b = append(b, `,"max":`...)
+	b = strconv.AppendInt(b, m.Amount, 10)
+	return append(b, '}')
+}
+
+// Svc returns {"svc": ids}: only at the listed services.
+func Svc(ids ...string) Caveat { return Caveat{CaveatSvc, stringsValue(ids)} }
+
+// Verbs returns {"verbs": verbs}: only the listed verbs.
+func Verbs(verbs ...string) Caveat { return Caveat{CaveatVerbs, stringsValue(verbs)} }
+
+// Can returns {"can": patterns}: only capabilities matching a pattern.
+func Can(patterns ...string) Caveat { return Caveat{CaveatCan, stringsValue(patterns)} }
+
+// Exp returns {"exp": unix}: only while now < unix.
+func Exp(unix int64) Caveat { return Caveat{CaveatExp, strconv.AppendInt(nil, unix, 10)} }
+
+// Nbf returns {"nbf": unix}: only once now ≥ unix.
+func Nbf(unix int64) Caveat { return Caveat{CaveatNbf, strconv.AppendInt(nil, unix, 10)} }
+
+// Per returns {"per": {"max": m.Amount, "currency": m.Currency}}: a COMMIT
+// costs at most m.
+func Per(m Money) Caveat { return Caveat{CaveatPer, moneyValue(m)} }
+
+// Spend returns {"spend": {"max": m.Amount, "currency": m.Currency}}: the
+// commits under this block cost at most m in total.
+func Spend(m Money) Caveat { return Caveat{CaveatSpend, moneyValue(m)} }
+
+// Risk returns {"risk": level}: a COMMIT's proposal risk is at most level.
+func Risk(level string) Caveat { return Caveat{CaveatRisk, stringValue(level)} }
+
+// Only returns {"only": hash}: a COMMIT only of the proposal with that hash.
+func Only(hash string) Caveat { return Caveat{CaveatOnly, stringValue(hash)} }
+
+// Known reports whether c is one of the nine kinds of §6.3.
+func (c Caveat) Known() bool {
+	switch c.Name {
+	case CaveatSvc, CaveatVerbs, CaveatCan, CaveatExp, CaveatNbf,
+		CaveatPer, CaveatSpend, CaveatRisk, CaveatOnly:
+		return true
+	}
+	return false
+}
+
+// soft reports whether a failure of c asks for consent rather than being a
+// hard refusal (§6.6): per, spend and risk.
+func (c Caveat) soft() bool {
+	return c.Name == CaveatPer || c.Name == CaveatSpend || c.Name == CaveatRisk
+}
+
+// Check returns nil when c is a known kind with a well-formed, canonical
+// value (§6.3): svc, verbs and can take arrays of strings; exp and nbf
+// integers; per and spend {"currency": string, "max": int} and nothing
+// else; risk one of low, medium, high; only a string. Lists may be empty
+// (then nothing satisfies them). Values also stay within MaxListLen and
+// MaxStringLen.
+func (c Caveat) Check() error {
+	var err error
+	switch c.Name {
+	case CaveatSvc, CaveatVerbs, CaveatCan:
+		_, err = c.Strings()
+	case CaveatExp, CaveatNbf:
+		_, err = c.Int()
+	case CaveatPer, CaveatSpend:
+		_, err = c.Money()
+	case CaveatOnly:
+		_, err = c.Text()
+	case CaveatRisk:
+		var s string
+		if s, err = c.Text(); err == nil {
+			if _, ok := RiskRank(s); !ok {
+				err = fmt.Errorf("risk level %q is not low, medium or high", s)
+			}
+		}
+	default:
+		return fmt.Errorf("unknown caveat %q", c.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("malformed %s caveat: %w", c.Name, err)
+	}
+	return nil
+}
+
+var errWholeValue = errors.New("trailing data after the value")
+
+// Strings returns the value of a list caveat (svc, verbs, can).
+func (c Caveat) Strings() ([]string, error) {
+	r := &canonReader{b: c.Value}
+	if err := r.expect('['); err != nil {
+		return nil, errors.New("want an array of strings")
+	}
+	var out []string
+	if r.peek() == ']' {
+		r.i++
+	} else {
+		for {
+			if len(out) >= MaxListLen {
+				return nil, errTooLong
+			}
+			if r.peek() != '"' {
+				return nil, errors.New("want an array of strings")
+			}
+			s, err := r.str(MaxStringLen)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+			if r.peek() == ']' {
+				r.i++
+				break
+			}
+			if err := r.expect(','); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if !r.done() {
+		return nil, errWholeValue
+	}
+	return out, nil
+}
+
+// Int returns the value of an integer caveat (exp, nbf).
+func (c Caveat) Int() (int64, error) {
+	r := &canonReader{b: c.Value}
+	if c := r.peek(); c != '-' && !isDigit(c) {
+		return 0, errors.New("want an integer")
+	}
+	n, err := r.int()
+	if err != nil {
+		return 0, err
+	}
+	if !r.done() {
+		return 0, errWholeValue
+	}
+	return n, nil
+}
+
+// Money returns the value of a money caveat (per, spend): Amount is max.
+func (c Caveat) Money() (Money, error) {
+	r := &canonReader{b: c.Value}
+	bad := errors.New(`want {"currency": string, "max": int}`)
+	if !r.lit(`{"currency":`) || r.peek() != '"' {
+		return Money{}, bad
+	}
+	cur, err := r.str(MaxStringLen)
+	if err != nil {
+		return Money{}, err
+	}
+	if !r.lit(`,"max":`) {
+		return Money{}, bad
+	}
+	if c := r.peek(); c != '-' && !isDigit(c) {
+		return Money{}, bad
+	}
+	n, err := r.int()
+	if err != nil {
+		return Money{}, err
+	}
+	if !r.lit("}") || !r.done() {
+		return Money{}, bad
+	}
+	return Money{Amount: n, Currency: cur}, nil
+}
+
+// Text returns the value of a string caveat (risk, only).
+func (c Caveat) Text() (string, error) {
+	r := &canonReader{b: c.Value}
+	if r.peek() != '"' {
+		return "", errors.New("want a string")
+	}
+	s, err := r.str(MaxStringLen)
+	if err != nil {
+		return "", err
+	}
+	if !r.done() {
+		return "", errWholeValue
+	}
+	return s, nil
+}
+
+// String returns the caveat as canonical JSON, {"name":value}.
+func (c Caveat) String() string {
+	b, err := c.MarshalJSON()
+	if err != nil {
+		return fmt.Sprintf("{%q: <malformed>}", c.Name)
+	}
+	return string(b)
+}
+
+// MarshalJSON returns {"name":value} in canonical form.
+func (c Caveat) MarshalJSON() ([]byte, error) {
+	val := []byte(c.Value)
+	if !isCanonical(val) {
+		var err error
+		if val, err = CanonicalizeJSON(val); err != nil {
+			return nil, fmt.Errorf("caveat %q: %w", c.Name, err)
+		}
+	}
+	b := make([]byte, 0, len(c.Name)+len(val)+5)
+	b = append(b, '{')
+	b = appendString(b, strings.ToValidUTF8(c.Name, "\uFFFD"))
+	b = append(b, ':')
+	b = append(b, val...)
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads a single-key object into c, keeping the value in
+// canonical form. Any other shape is an error.
+func (c *Caveat) UnmarshalJSON(data []byte) error {
+	v, err := parseJSON(data)
+	if err != nil {
+		return fmt.Errorf("caveat: %w", err)
+	}
+	m, ok := v.(map[string]any)
+	if !ok || len(m) != 1 {
+		return errors.New("caveat: want an object with exactly one key")
+	}
+	for k, val := range m {
+		b, err := Canonical(val)
+		if err != nil {
+			return fmt.Errorf("caveat %q: %w", k, err)
+		}
+		c.Name, c.Value = k, b
+	}
+	return nil
+}
+
+// MatchPattern reports whether capability matches a can pattern (§6.3 with
+// errata 1): "*" matches all; a pattern ending in "*" matches every
+// capability that starts with the text before it ("calendar.*" matches
+// "calendar.find"); any other pattern matches only itself.
+func MatchPattern(pattern, capability string) bool {
+	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
+		return strings.HasPrefix(capability, prefix)
+	}
+	return pattern == capability
+}
+
+// Describe returns the caveat in words for a human, such as "only at
+// service shop.example". The words contain text from the token: neutralize
+// it before showing it on a terminal.
+func (c Caveat) Describe() string {
+	if !c.Known() {
+		return fmt.Sprintf("unknown caveat %q (never satisfied)", c.Name)
+	}
+	if err := c.Check(); err != nil {
+		return fmt.Sprintf("malformed %s caveat (never satisfied): %s", c.Name, c.Value)
+	}
+	switch c.Name {
+	case CaveatSvc:
+		ss, _ := c.Strings()
+		return "only at " + plural(len(ss), "service", "services") + listWords(ss)
+	case CaveatVerbs:
+		ss, _ := c.Strings()
+		return "only " + plural(len(ss), "the verb", "the verbs") + listWords(ss)
+	case CaveatCan:
+		ss, _ := c.Strings()
+		return "only " + plural(len(ss), "capability", "capabilities") + listWords(ss)
+	case CaveatExp:
+		n, _ := c.Int()
+		return "expires at " + timeWords(n)
+	case CaveatNbf:
+		n, _ := c.Int()
+		return "not before " + timeWords(n)
+	case CaveatPer:
+		m, _ := c.Money()
+		return "commits cost at most " + moneyWords(m) + " each"
+	case CaveatSpend:
+		m, _ := c.Money()
+		return "commits cost at most " + moneyWords(m) + " in total"
+	case CaveatRisk:
+		s, _ := c.Text()
+		return "commits only of proposals with risk " + s + " or lower"
+	default: // CaveatOnly
+		s, _ := c.Text()
+		return "commits only the proposal with hash " + s
+	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func listWords(ss []string) string {
+	if len(ss) == 0 {
+		return " (none: never satisfied)"
+	}
+	return " " + strings.Join(ss, ", ")
+}
+
+func timeWords(unix int64) string {
+	return time.Unix(unix, 0).UTC().Format("2006-01-02T15:04:05Z")
+}
+
+// moneyWords renders m for Describe.
+func moneyWords(m Money) string {
+	if ZeroDecimal(m.Currency) {
+		return fmt.Sprintf("%d %s", m.Amount, m.Currency)
+	}
+	a, sign := m.Amount, ""
+	if a < 0 {
+		a, sign = -a, "-"
+	}
+	return fmt.Sprintf("%s%d.%02d %s", sign, a/100, a%100, m.Currency)
+}

@@ -1,0 +1,57 @@
+// Package grant implements the grants of the Parley Protocol v1 (§6): keys,
+// canonical JSON, tokens, caveats, verification, proofs of possession,
+// proposal hashes and consent, and the Lens text that a human is shown.
+//
+// It is what a Parley service written in Go imports to verify grants, and
+// what parley-keyd uses to issue them. It is pure: no I/O, no clock (every
+// function that needs the time takes now as unix seconds), no network and
+// no global state. Signing goes through crypto.Signer, so a principal key
+// can live in a key service.
+//
+// # Keys
+//
+// Public keys are written "ed25519:" + b64url of the 32 raw bytes (§6.1);
+// ParsePublicKey accepts exactly one spelling of each key, so keys compare
+// as strings. Agent keys are stored in the key file format of
+// docs/key-file.md (MarshalKeyFile, ParseKeyFile); the permission checks on
+// such a file live outside this package.
+//
+// # Canonical JSON
+//
+// Canonical and CanonicalizeJSON produce the canonical form of §10, which is
+// what is signed and hashed: keys sorted by code point, no whitespace, the
+// spec's escapes and literal UTF-8 for every other character (unlike
+// encoding/json, <, >, &, U+2028 and U+2029 stay literal), and only integers
+// in [−(2^53−1), 2^53−1]. Floats are refused.
+//
+// # Tokens
+//
+// Decode accepts a token only when its body is exactly canonical JSON, so a
+// token that decodes re-encodes to the same bytes and the bytes a signature
+// covers are the bytes received. It refuses unknown payload fields and
+// anything beyond the caps MaxTokenLen, MaxBlocks, MaxCaveatsPerBlock,
+// MaxStringLen and MaxListLen, each of which bounds the work an attacker can
+// cause. Issue signs a root grant, Delegate appends a narrower block signed
+// by the current holder, IssueConsent signs a consent grant with exactly the
+// five caveats of §6.6.
+//
+// # Verification
+//
+// Verify returns a Result only after every signature, every prev link, the
+// issuer's trust, the holder's match with the proof key and every caveat of
+// every block of one presented grant have been checked (§6.4). It fails
+// closed: an unknown caveat or a malformed value is never satisfied. Its
+// errors are *Error with the spec's codes: unauthorized for a bad grant,
+// forbidden with the blocking caveats in Need, and consent_required when
+// only per, spend or risk caveats stand in the way of a COMMIT. The caller
+// checks the proof of possession with VerifyProof and reserves spend
+// against Result.SpendBlocks.
+//
+// # Proofs and consent
+//
+// MakeProof and VerifyProof implement §6.5 with its ±300 s window.
+// ProposalHash computes the hash of §5.1, and CheckConsent is the check a
+// consent request must pass before it is ever shown to a human: the
+// proposal the agent received hashes to the consent's hash and matches its
+// id, service and capability, and has not expired.
+package grant

@@ -1,0 +1,642 @@
+package grant
+
+import (
+	"crypto"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Caps on what a token may contain. Every one of them bounds work or memory
+// that a sender of a token controls; Decode refuses a token beyond any cap.
+const (
+	// MaxTokenLen bounds an encoded token (64 KiB). It stops memory and
+	// CPU exhaustion: a request frame may be 1 MiB (§2.1), and without a
+	// cap every grant in it would be decoded and parsed in full.
+	MaxTokenLen = 64 << 10
+	// MaxBlocks bounds the blocks of a chain. Each block costs one Ed25519
+	// verification, the most expensive step; the cap stops an attacker from
+	// making a service verify thousands of signatures for one request.
+	MaxBlocks = 16
+	// MaxCaveatsPerBlock bounds the caveats of one block. It stops an
+	// attacker from making each evaluation (and each need list) arbitrarily
+	// long.
+	MaxCaveatsPerBlock = 32
+	// MaxStringLen bounds every string in a payload, in bytes of encoded
+	// JSON. It stops quadratic work in pattern matching and huge error
+	// messages and displays built from attacker text.
+	MaxStringLen = 1024
+	// MaxListLen bounds the items of a list (svc, verbs, can) and the
+	// members of any object inside a caveat value. It stops an attacker
+	// from making one caveat's evaluation scan an unbounded list.
+	MaxListLen = 64
+)
+
+// TokenPrefix starts every encoded grant (§6.2).
+const TokenPrefix = "pg1."
+
+var errTooLong = errors.New("over a size limit")
+
+// Payload is the signed part of a block (§6.2). A root block has Iss and
+// Nonce and no Prev; a delegation block has Prev and neither Iss nor Nonce.
+type Payload struct {
+	Iss     string   `json:"iss,omitempty"`   // root only: the principal's key
+	Prev    string   `json:"prev,omitempty"`  // delegation only: the id of the block before
+	Sub     string   `json:"sub"`             // the key that holds the grant from this block on
+	Caveats []Caveat `json:"caveats"`         // restrictions added by this block
+	Iat     int64    `json:"iat"`             // unix seconds of signing
+	Nonce   string   `json:"nonce,omitempty"` // root only
+}
+
+// Block is one signed link of a grant: {"p": payload, "s": signature}.
+//
+// A Block from Decode, Issue or Delegate keeps the exact payload bytes that
+// were signed; Encode and CheckChain use those bytes, so changing Payload
+// afterwards changes neither.
+type Block struct {
+	Payload Payload
+	Sig     []byte
+	signed  []byte
+}
+
+// ID returns the block id: b64url(sha256(utf8(s))), where s is the b64url
+// text of the signature as it appears in the token (§6.2).
+func (b *Block) ID() string {
+	var buf [88]byte
+	text := b64.AppendEncode(buf[:0], b.Sig)
+	sum := sha256.Sum256(text)
+	return b64.EncodeToString(sum[:])
+}
+
+// payloadBytes returns the canonical payload as signed.
+func (b *Block) payloadBytes(root bool) ([]byte, error) {
+	if b.signed != nil {
+		return b.signed, nil
+	}
+	return marshalPayload(&b.Payload, root)
+}
+
+// Token is a decoded grant: a non-empty chain of blocks, root first.
+type Token struct {
+	Blocks []Block
+}
+
+// marshalPayload returns canonical(p) (§10) for a root or delegation block.
+func marshalPayload(p *Payload, root bool) ([]byte, error) {
+	b := make([]byte, 0, 256)
+	b = append(b, `{"caveats":[`...)
+	for i, c := range p.Caveats {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		cb, err := c.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, cb...)
+	}
+	b = append(b, `],"iat":`...)
+	var err error
+	if b, err = appendInt(b, p.Iat); err != nil {
+		return nil, fmt.Errorf("iat: %w", err)
+	}
+	if root {
+		b = append(b, `,"iss":`...)
+		b = appendString(b, p.Iss)
+		b = append(b, `,"nonce":`...)
+		b = appendString(b, strings.ToValidUTF8(p.Nonce, "\uFFFD"))
+	} else {
+		b = append(b, `,"prev":`...)
+		b = appendString(b, p.Prev)
+	}
+	b = append(b, `,"sub":`...)
+	b = appendString(b, p.Sub)
+	return append(b, '}'), nil
+}
+
+// Encode returns the token's text: "pg1." + b64url(canonical(blocks)) (§6.2).
+func (t *Token) Encode() string {
+	b := make([]byte, 0, 512)
+	b = append(b, '[')
+	for i := range t.Blocks {
+		blk := &t.Blocks[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		p, err := blk.payloadBytes(i == 0)
+		if err != nil {
+			// Only a hand-built Payload can fail; encode it as null so the
+			// token is visibly broken rather than silently different.
+			p = []byte("null")
+		}
+		b = append(b, `{"p":`...)
+		b = append(b, p...)
+		b = append(b, `,"s":"`...)
+		b = b64.AppendEncode(b, blk.Sig)
+		b = append(b, `"}`...)
+	}
+	b = append(b, ']')
+	return TokenPrefix + b64.EncodeToString(b)
+}
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrMalformedToken, fmt.Sprintf(format, args...))
+}
+
+// Decode parses an encoded grant (§6.2). It checks the form only, not any
+// signature: use CheckChain or Verify for that.
+//
+// Decode fails closed. It refuses a token over any cap (MaxTokenLen,
+// MaxBlocks, MaxCaveatsPerBlock, MaxStringLen, MaxListLen); a body that is
+// not exactly canonical JSON (§10), byte for byte, so that every token has
+// one spelling and the signed bytes are the bytes received; unknown payload
+// fields, which an older verifier could otherwise not account for; a root
+// block without iss or nonce or with prev; a later block with iss or nonce
+// or without prev; keys, prev ids and signatures of the wrong form; and
+// caveats that are not single-key objects. A caveat of an unknown kind or
+// with a malformed value does decode; Verify refuses it as forbidden.
+//
+// Every error wraps ErrMalformedToken.
+func Decode(s string) (*Token, error) {
+	if len(s) > MaxTokenLen {
+		return nil, malformed("longer than %d bytes", MaxTokenLen)
+	}
+	body, ok := strings.CutPrefix(s, TokenPrefix)
+	if !ok {
+		return nil, malformed("no %q prefix", TokenPrefix)
+	}
+	raw, err := b64Decode(body)
+	if err != nil {
+		return nil, malformed("not b64url")
+	}
+	r := &canonReader{b: raw}
+	if r.expect('[') != nil {
+		return nil, malformed("not a list of blocks")
+	}
+	if r.peek() == ']' {
+		return nil, malformed("no blocks")
+	}
+	t := &Token{Blocks: make([]Block, 0, 4)}
+	for {
+		if len(t.Blocks) == MaxBlocks {
+			return nil, malformed("more than %d blocks", MaxBlocks)
+		}
+		if !r.lit(`{"p":`) {
+			return nil, malformed("block %d: want exactly the fields p and s", len(t.Blocks))
+		}
+		start := r.i
+		var blk Block
+		if err := decodePayload(r, &blk.Payload, len(t.Blocks) == 0); err != nil {
+			return nil, malformed("block %d: %v", len(t.Blocks), err)
+		}
+		blk.signed = raw[start:r.i:r.i]
+		if !r.lit(`,"s":`) || r.peek() != '"' {
+			return nil, malformed("block %d: want exactly the fields p and s", len(t.Blocks))
+		}
+		text, err := r.str(2 * ed25519.SignatureSize)
+		if err != nil {
+			return nil, malformed("block %d: signature: %v", len(t.Blocks), err)
+		}
+		if blk.Sig, err = b64DecodeLen(text, ed25519.SignatureSize); err != nil {
+			return nil, malformed("block %d: signature: %v", len(t.Blocks), err)
+		}
+		if !r.lit("}") {
+			return nil, malformed("block %d: want exactly the fields p and s", len(t.Blocks))
+		}
+		t.Blocks = append(t.Blocks, blk)
+		if r.lit("]") {
+			break
+		}
+		if r.expect(',') != nil {
+			return nil, malformed("not a canonical list of blocks")
+		}
+	}
+	if !r.done() {
+		return nil, malformed("trailing data after the blocks")
+	}
+	return t, nil
+}
+
+// Payload field bits, for checking which ones a payload holds.
+const (
+	fCaveats = 1 << iota
+	fIat
+	fIss
+	fNonce
+	fPrev
+	fSub
+)
+
+func decodePayload(r *canonReader, p *Payload, root bool) error {
+	if err := r.expect('{'); err != nil {
+		return err
+	}
+	seen, prevKey := 0, ""
+	for {
+		key, err := r.str(MaxStringLen)
+		if err != nil {
+			return err
+		}
+		if seen != 0 && key <= prevKey {
+			return errNotCanonical
+		}
+		prevKey = key
+		if err := r.expect(':'); err != nil {
+			return err
+		}
+		switch key {
+		case "caveats":
+			seen |= fCaveats
+			if p.Caveats, err = decodeCaveats(r); err != nil {
+				return err
+			}
+		case "iat":
+			seen |= fIat
+			if c := r.peek(); c != '-' && !isDigit(c) {
+				return errors.New("iat: want an integer")
+			}
+			if p.Iat, err = r.int(); err != nil {
+				return fmt.Errorf("iat: %w", err)
+			}
+		case "iss", "sub":
+			if r.peek() != '"' {
+				return fmt.Errorf("%s: want a key", key)
+			}
+			s, err := r.str(MaxStringLen)
+			if err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			if _, err := ParsePublicKey(s); err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			if key == "iss" {
+				seen |= fIss
+				p.Iss = s
+			} else {
+				seen |= fSub
+				p.Sub = s
+			}
+		case "nonce":
+			seen |= fNonce
+			if r.peek() != '"' {
+				return errors.New("nonce: want a string")
+			}
+			if p.Nonce, err = r.str(MaxStringLen); err != nil {
+				return fmt.Errorf("nonce: %w", err)
+			}
+		case "prev":
+			seen |= fPrev
+			if r.peek() != '"' {
+				return errors.New("prev: want a block id")
+			}
+			if p.Prev, err = r.str(MaxStringLen); err != nil {
+				return fmt.Errorf("prev: %w", err)
+			}
+			if _, err := b64DecodeLen(p.Prev, sha256.Size); err != nil {
+				return fmt.Errorf("prev: %w", err)
+			}
+		default:
+			// Fail closed: a field this verifier does not know might carry
+			// a restriction it would silently ignore.
+			return fmt.Errorf("unknown payload field %q", key)
+		}
+		if r.lit("}") {
+			break
+		}
+		if err := r.expect(','); err != nil {
+			return err
+		}
+	}
+	want := fCaveats | fIat | fSub
+	if root {
+		want |= fIss | fNonce
+	} else {
+		want |= fPrev
+	}
+	if seen != want {
+		if root {
+			return errors.New("a root payload has exactly caveats, iat, iss, nonce and sub")
+		}
+		return errors.New("a delegation payload has exactly caveats, iat, prev and sub")
+	}
+	return nil
+}
+
+func decodeCaveats(r *canonReader) ([]Caveat, error) {
+	if err := r.expect('['); err != nil {
+		return nil, err
+	}
+	out := []Caveat{}
+	if r.lit("]") {
+		return out, nil
+	}
+	for {
+		if len(out) == MaxCaveatsPerBlock {
+			return nil, fmt.Errorf("more than %d caveats", MaxCaveatsPerBlock)
+		}
+		if !r.lit("{") || r.peek() != '"' {
+			return nil, errors.New("a caveat is an object with one key")
+		}
+		name, err := r.str(MaxStringLen)
+		if err != nil {
+			return nil, err
+		}
+		if err := r.expect(':'); err != nil {
+			return nil, err
+		}
+		start := r.i
+		if err := r.skip(caveatLimits, 0); err != nil {
+			return nil, fmt.Errorf("caveat %q: %w", name, err)
+		}
+		out = append(out, Caveat{Name: name, Value: r.b[start:r.i:r.i]})
+		if !r.lit("}") {
+			return nil, errors.New("a caveat is an object with one key")
+		}
+		if r.lit("]") {
+			return out, nil
+		}
+		if err := r.expect(','); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// ID returns the grant id: the id of the root block (§6.2).
+func (t *Token) ID() string { return t.Blocks[0].ID() }
+
+// Holder returns the key that holds the grant: the sub of the last block.
+func (t *Token) Holder() string { return t.Blocks[len(t.Blocks)-1].Payload.Sub }
+
+// Issuer returns the principal: the iss of the root block.
+func (t *Token) Issuer() string { return t.Blocks[0].Payload.Iss }
+
+// Expiry returns the earliest exp over all blocks, and false when no block
+// has a well-formed exp caveat.
+func (t *Token) Expiry() (int64, bool) {
+	var min int64
+	found := false
+	for i := range t.Blocks {
+		if e, ok := blockExpiry(&t.Blocks[i]); ok && (!found || e < min) {
+			min, found = e, true
+		}
+	}
+	return min, found
+}
+
+func blockExpiry(b *Block) (int64, bool) {
+	var min int64
+	found := false
+	for _, c := range b.Payload.Caveats {
+		if c.Name != CaveatExp {
+			continue
+		}
+		if e, err := c.Int(); err == nil && (!found || e < min) {
+			min, found = e, true
+		}
+	}
+	return min, found
+}
+
+// CheckChain checks the chain's signatures and links (§6.4 steps 2 and 3):
+// the root is signed by its iss, each later block by the sub of the block
+// before it, and each prev names the block before it. It checks no caveat
+// and no trust in the issuer. Its errors are *Error with CodeUnauthorized.
+func (t *Token) CheckChain() error {
+	if len(t.Blocks) == 0 {
+		return newError(CodeUnauthorized, "grant has no blocks")
+	}
+	if len(t.Blocks) > MaxBlocks {
+		return newError(CodeUnauthorized, "grant has too many blocks")
+	}
+	var prevID string
+	var signer ed25519.PublicKey
+	for i := range t.Blocks {
+		b := &t.Blocks[i]
+		var keyText string
+		if i == 0 {
+			if b.Payload.Prev != "" {
+				return newError(CodeUnauthorized, "root block has a prev")
+			}
+			keyText = b.Payload.Iss
+		} else {
+			if b.Payload.Iss != "" || b.Payload.Nonce != "" {
+				return newError(CodeUnauthorized, fmt.Sprintf("block %d has an iss or nonce", i))
+			}
+			// Without this link a block could be moved under another
+			// chain whose holder happens to have the same key.
+			if b.Payload.Prev != prevID {
+				return newError(CodeUnauthorized, fmt.Sprintf("block %d: prev does not name block %d", i, i-1))
+			}
+			keyText = t.Blocks[i-1].Payload.Sub
+		}
+		var err error
+		if signer, err = ParsePublicKey(keyText); err != nil {
+			return newError(CodeUnauthorized, fmt.Sprintf("block %d: signer: %v", i, err))
+		}
+		msg, err := b.payloadBytes(i == 0)
+		if err != nil {
+			return newError(CodeUnauthorized, fmt.Sprintf("block %d: %v", i, err))
+		}
+		if len(b.Sig) != ed25519.SignatureSize || !ed25519.Verify(signer, msg, b.Sig) {
+			return newError(CodeUnauthorized, fmt.Sprintf("block %d: bad signature", i))
+		}
+		prevID = b.ID()
+	}
+	if _, err := ParsePublicKey(t.Holder()); err != nil {
+		return newError(CodeUnauthorized, fmt.Sprintf("holder: %v", err))
+	}
+	return nil
+}
+
+// NewNonce returns 16 bytes from rand in b64url, for a root block's nonce.
+func NewNonce(rand io.Reader) (string, error) {
+	var b [16]byte
+	if _, err := io.ReadFull(rand, b[:]); err != nil {
+		return "", fmt.Errorf("nonce: %w", err)
+	}
+	return b64.EncodeToString(b[:]), nil
+}
+
+func checkNewCaveats(caveats []Caveat) error {
+	if len(caveats) > MaxCaveatsPerBlock {
+		return fmt.Errorf("more than %d caveats", MaxCaveatsPerBlock)
+	}
+	for _, c := range caveats {
+		// Never sign a caveat that every verifier would refuse anyway.
+		if err := c.Check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkHolder(holder ed25519.PublicKey) error {
+	if len(holder) != ed25519.PublicKeySize {
+		return errors.New("holder is not an ed25519 public key")
+	}
+	return nil
+}
+
+// Issue signs a root grant (§6.2) from principal to holder. Every caveat
+// must pass Check; nonce must be non-empty (use NewNonce).
+func Issue(principal crypto.Signer, holder ed25519.PublicKey, caveats []Caveat, iat int64, nonce string) (*Token, error) {
+	iss, err := signerKey(principal)
+	if err != nil {
+		return nil, fmt.Errorf("issue: %w", err)
+	}
+	if err := checkHolder(holder); err != nil {
+		return nil, fmt.Errorf("issue: %w", err)
+	}
+	if nonce == "" || len(nonce) > MaxStringLen/2 {
+		return nil, errors.New("issue: nonce must be 1 to 512 bytes")
+	}
+	if err := checkNewCaveats(caveats); err != nil {
+		return nil, fmt.Errorf("issue: %w", err)
+	}
+	blk := Block{Payload: Payload{
+		Iss:     FormatPublicKey(iss),
+		Sub:     FormatPublicKey(holder),
+		Caveats: append([]Caveat{}, caveats...),
+		Iat:     iat,
+		Nonce:   nonce,
+	}}
+	if blk.signed, err = marshalPayload(&blk.Payload, true); err != nil {
+		return nil, fmt.Errorf("issue: %w", err)
+	}
+	if blk.Sig, err = sign(principal, blk.signed); err != nil {
+		return nil, fmt.Errorf("issue: %w", err)
+	}
+	return &Token{Blocks: []Block{blk}}, nil
+}
+
+// Delegate returns a new token: t with one more block, signed by holder,
+// that hands the grant to the key to with the added caveats (§6.2). Caveats
+// accumulate, so the new token can do at most what t can. holder must be
+// t's holder. t itself is not changed.
+func (t *Token) Delegate(holder crypto.Signer, to ed25519.PublicKey, caveats []Caveat, iat int64) (*Token, error) {
+	pub, err := signerKey(holder)
+	if err != nil {
+		return nil, fmt.Errorf("delegate: %w", err)
+	}
+	if len(t.Blocks) == 0 {
+		return nil, errors.New("delegate: grant has no blocks")
+	}
+	if FormatPublicKey(pub) != t.Holder() {
+		return nil, errors.New("delegate: the signing key does not hold this grant")
+	}
+	if len(t.Blocks) >= MaxBlocks {
+		return nil, fmt.Errorf("delegate: a grant has at most %d blocks", MaxBlocks)
+	}
+	if err := checkHolder(to); err != nil {
+		return nil, fmt.Errorf("delegate: %w", err)
+	}
+	if err := checkNewCaveats(caveats); err != nil {
+		return nil, fmt.Errorf("delegate: %w", err)
+	}
+	blk := Block{Payload: Payload{
+		Prev:    t.Blocks[len(t.Blocks)-1].ID(),
+		Sub:     FormatPublicKey(to),
+		Caveats: append([]Caveat{}, caveats...),
+		Iat:     iat,
+	}}
+	if blk.signed, err = marshalPayload(&blk.Payload, false); err != nil {
+		return nil, fmt.Errorf("delegate: %w", err)
+	}
+	if blk.Sig, err = sign(holder, blk.signed); err != nil {
+		return nil, fmt.Errorf("delegate: %w", err)
+	}
+	blocks := make([]Block, len(t.Blocks), len(t.Blocks)+1)
+	copy(blocks, t.Blocks)
+	return &Token{Blocks: append(blocks, blk)}, nil
+}
+
+// ConsentRequest is the "consent" object a service sends with
+// consent_required (§6.6).
+type ConsentRequest struct {
+	Proposal   string `json:"proposal"`
+	Hash       string `json:"hash"`
+	Service    string `json:"service"`
+	Capability string `json:"capability"`
+	Principal  string `json:"principal"`
+	Summary    string `json:"summary"`
+	Expires    int64  `json:"expires"`
+}
+
+// ConsentCaveats returns exactly the caveats of a consent grant, in the
+// spec's order (§6.6, errata 3): svc, verbs COMMIT, can, only, exp. Without
+// the first three, only (which constrains COMMIT alone) would leave a
+// blanket grant for every other verb at every service.
+func ConsentCaveats(service, capability, hash string, expires int64) []Caveat {
+	return []Caveat{Svc(service), Verbs("COMMIT"), Can(capability), Only(hash), Exp(expires)}
+}
+
+// IssueConsent signs a consent grant (§6.6) for c: a root grant from
+// principal to holder with exactly ConsentCaveats. It refuses a request
+// that names another principal, an empty field, or an expiry not after iat.
+// It does not check the proposal: call CheckConsent first.
+func IssueConsent(principal crypto.Signer, holder ed25519.PublicKey, c ConsentRequest, iat int64, nonce string) (*Token, error) {
+	pub, err := signerKey(principal)
+	if err != nil {
+		return nil, fmt.Errorf("consent: %w", err)
+	}
+	if c.Principal != FormatPublicKey(pub) {
+		return nil, errors.New("consent: the request names another principal")
+	}
+	if c.Service == "" || c.Capability == "" || c.Hash == "" {
+		return nil, errors.New("consent: service, capability and hash are required")
+	}
+	if c.Expires <= iat {
+		return nil, errors.New("consent: expires is not after iat")
+	}
+	return Issue(principal, holder, ConsentCaveats(c.Service, c.Capability, c.Hash, c.Expires), iat, nonce)
+}
+
+// BlockInfo describes one block of a grant for a human (see Token.Describe).
+type BlockInfo struct {
+	Index   int
+	ID      string
+	Signer  string   // iss for the root, the previous block's sub otherwise
+	Holder  string   // sub
+	Caveats []Caveat // as signed
+	Words   []string // Caveat.Describe of each caveat
+	Iat     int64
+	// Expires is the earliest exp of this block, when HasExpiry.
+	Expires   int64
+	HasExpiry bool
+	// Expired reports now ≥ Expires.
+	Expired bool
+}
+
+// Describe returns, for each block, who signed it, who holds it, its
+// caveats in words and its expiry relative to now. It checks nothing: call
+// CheckChain to know whether the signatures hold. Text in the result comes
+// from the token; neutralize it before display.
+func (t *Token) Describe(now int64) []BlockInfo {
+	out := make([]BlockInfo, len(t.Blocks))
+	for i := range t.Blocks {
+		b := &t.Blocks[i]
+		info := BlockInfo{
+			Index:   i,
+			ID:      b.ID(),
+			Holder:  b.Payload.Sub,
+			Caveats: b.Payload.Caveats,
+			Iat:     b.Payload.Iat,
+		}
+		if i == 0 {
+			info.Signer = b.Payload.Iss
+		} else {
+			info.Signer = t.Blocks[i-1].Payload.Sub
+		}
+		for _, c := range b.Payload.Caveats {
+			info.Words = append(info.Words, c.Describe())
+		}
+		info.Expires, info.HasExpiry = blockExpiry(b)
+		info.Expired = info.HasExpiry && now >= info.Expires
+		out[i] = info
+	}
+	return out
+}
+
