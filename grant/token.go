@@ -639,4 +639,3 @@ func (t *Token) Describe(now int64) []BlockInfo {
 	}
 	return out
 }
-
