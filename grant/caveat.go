@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Caveat is one restriction of a grant: a single-key JSON object (§6.3).
@@ -349,10 +348,10 @@ func (c Caveat) Describe() string {
 		return "not before " + timeWords(n)
 	case CaveatPer:
 		m, _ := c.Money()
-		return "commits cost at most " + moneyWords(m) + " each"
+		return "commits cost at most " + m.String() + " each"
 	case CaveatSpend:
 		m, _ := c.Money()
-		return "commits cost at most " + moneyWords(m) + " in total"
+		return "commits cost at most " + m.String() + " in total"
 	case CaveatRisk:
 		s, _ := c.Text()
 		return "commits only of proposals with risk " + s + " or lower"
@@ -376,18 +375,4 @@ func listWords(ss []string) string {
 	return " " + strings.Join(ss, ", ")
 }
 
-func timeWords(unix int64) string {
-	return time.Unix(unix, 0).UTC().Format("2006-01-02T15:04:05Z")
-}
-
-// moneyWords renders m for Describe.
-func moneyWords(m Money) string {
-	if ZeroDecimal(m.Currency) {
-		return fmt.Sprintf("%d %s", m.Amount, m.Currency)
-	}
-	a, sign := m.Amount, ""
-	if a < 0 {
-		a, sign = -a, "-"
-	}
-	return fmt.Sprintf("%s%d.%02d %s", sign, a/100, a%100, m.Currency)
-}
+func timeWords(unix int64) string { return FormatTime(unix) }

@@ -13,6 +13,12 @@ type Money struct {
 	Currency string `json:"currency"`
 }
 
+// String returns m as a human reads it, such as "12.50 USD" or "500 JPY"
+// (§9.2).
+func (m Money) String() string { return FormatMoney(m.Amount, m.Currency) }
+
+var _ fmt.Stringer = Money{}
+
 // zeroDecimal lists the currencies whose minor unit is the major unit (§9.2).
 var zeroDecimal = map[string]bool{
 	"JPY": true, "KRW": true, "VND": true, "CLP": true,

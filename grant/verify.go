@@ -1,0 +1,305 @@
+package grant
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MaxGrants bounds the grants of one request that Verify examines. Each
+// grant may cost MaxBlocks signature checks; the cap stops one request from
+// costing a service an unbounded number of them.
+const MaxGrants = 8
+
+// Context describes the request a grant must authorize (§6.3, §6.4).
+type Context struct {
+	// Service is the service's own id (§4.1), Verb the request verb.
+	Service, Verb string
+	// Capability is the requested capability; for UNDO, the capability of
+	// the receipt being undone (§6.3).
+	Capability string
+	// Now is the current time in unix seconds.
+	Now int64
+	// ProofKey is the key of the request's proof, which the caller has
+	// already checked with VerifyProof (§6.5).
+	ProofKey string
+	// Proposal describes the proposal of a COMMIT; it is required for
+	// COMMIT and ignored otherwise.
+	Proposal *ProposalFacts
+	// Spent maps block ids to the spend already attributed to them, in
+	// minor units (§6.3 spend). A block missing from it has spent nothing.
+	Spent map[string]int64
+}
+
+// ProposalFacts are the parts of a proposal that caveats look at.
+type ProposalFacts struct {
+	Hash string `json:"hash"`
+	Cost *Money `json:"cost"`
+	Risk string `json:"risk"`
+}
+
+// Result says which grant authorized a request.
+type Result struct {
+	// Grant is the index, in the tokens passed to Verify, of the grant
+	// that authorized the request.
+	Grant   int
+	GrantID string
+	Holder  string
+	Issuer  string
+	// SpendBlocks holds the ids of the grant's blocks that carry a spend
+	// caveat. For a COMMIT the service must reserve the cost against every
+	// one of them, atomically with the check (§6.3).
+	SpendBlocks []string
+}
+
+// Verify decides whether one of the presented grant tokens authorizes the
+// request described by ctx (§6.4, §6.6). It returns a Result only when a
+// single grant passes every step on its own: the token decodes; its root
+// issuer is in trusted; its holder equals ctx.ProofKey; every signature and
+// prev link holds; and every caveat of every block is satisfied.
+//
+// Otherwise the error is an *Error. For each grant the verdict is
+// unauthorized (bad token, signature, link, issuer or holder), forbidden
+// (a caveat that no consent can lift: Need holds those caveats; unknown and
+// malformed caveats are among them, §6.3) or consent_required (a COMMIT
+// blocked only by per, spend or risk). Over several grants the most useful
+// verdict wins: consent_required, then forbidden (the one with the fewest
+// blocking caveats), then unauthorized.
+//
+// A COMMIT needs ctx.Proposal; its absence, a risk that is not a level, a
+// negative cost or a negative Spent entry is an invalid_params error.
+func Verify(tokens []string, trusted []string, ctx Context) (*Result, error) {
+	if len(tokens) == 0 {
+		return nil, newError(CodeUnauthorized, "no grant presented")
+	}
+	if len(tokens) > MaxGrants {
+		return nil, newError(CodeUnauthorized, fmt.Sprintf("more than %d grants presented", MaxGrants))
+	}
+	if err := checkContext(&ctx); err != nil {
+		return nil, err
+	}
+	var best *Error
+	bestRank := 0
+	for i, s := range tokens {
+		res, e := verifyOne(s, trusted, &ctx)
+		if e == nil {
+			res.Grant = i
+			return res, nil
+		}
+		if len(tokens) > 1 {
+			e.Message = fmt.Sprintf("grant %d: %s", i, e.Message)
+		}
+		r := rank(e.Code)
+		if r > bestRank || (r == bestRank && e.Code == CodeForbidden && len(e.Need) < len(best.Need)) {
+			best, bestRank = e, r
+		}
+	}
+	return nil, best
+}
+
+func rank(c Code) int {
+	switch c {
+	case CodeConsentRequired:
+		return 3
+	case CodeForbidden:
+		return 2
+	}
+	return 1
+}
+
+func checkContext(ctx *Context) error {
+	bad := func(msg string) error { return newError(CodeBadInput, msg) }
+	if ctx.Verb == "COMMIT" && ctx.Proposal == nil {
+		return bad("a COMMIT is verified against its proposal, and none was given")
+	}
+	if p := ctx.Proposal; p != nil {
+		if _, ok := RiskRank(p.Risk); !ok {
+			return bad(fmt.Sprintf("proposal risk %q is not low, medium or high", p.Risk))
+		}
+		if p.Cost != nil && (p.Cost.Amount < 0 || p.Cost.Amount > MaxSafeInt) {
+			return bad("proposal cost out of range")
+		}
+	}
+	for _, v := range ctx.Spent {
+		if v < 0 {
+			return bad("negative spend attributed to a block")
+		}
+	}
+	return nil
+}
+
+func verifyOne(s string, trusted []string, ctx *Context) (*Result, *Error) {
+	t, err := Decode(s)
+	if err != nil {
+		return nil, newError(CodeUnauthorized, err.Error())
+	}
+	iss := t.Issuer()
+	trustedIss := false
+	for _, k := range trusted {
+		if k == iss {
+			trustedIss = true
+			break
+		}
+	}
+	if !trustedIss {
+		return nil, newError(CodeUnauthorized, "grant is not issued by a trusted principal")
+	}
+	// Without this a stolen token would be usable by anyone (§6.5).
+	if ctx.ProofKey == "" || t.Holder() != ctx.ProofKey {
+		return nil, newError(CodeUnauthorized, "the proof key does not hold the grant")
+	}
+	if err := t.CheckChain(); err != nil {
+		return nil, err.(*Error)
+	}
+	var hard, soft []Caveat
+	var spendBlocks []string
+	for i := range t.Blocks {
+		b := &t.Blocks[i]
+		var id string
+		for _, c := range b.Payload.Caveats {
+			if c.Name == CaveatSpend && id == "" {
+				id = b.ID()
+				spendBlocks = append(spendBlocks, id)
+			}
+			switch evalCaveat(c, ctx, id) {
+			case failHard:
+				hard = append(hard, c)
+			case failSoft:
+				soft = append(soft, c)
+			}
+		}
+	}
+	switch {
+	case len(hard) > 0:
+		names := make([]string, len(hard))
+		for i, c := range hard {
+			names[i] = c.Name
+		}
+		return nil, &Error{
+			Code:    CodeForbidden,
+			Message: "the grant does not cover this request (" + strings.Join(names, ", ") + ")",
+			Need:    hard,
+		}
+	case len(soft) > 0:
+		names := make([]string, len(soft))
+		for i, c := range soft {
+			names[i] = c.Name
+		}
+		return nil, &Error{
+			Code:      CodeConsentRequired,
+			Message:   "the commit needs the principal's consent (" + strings.Join(names, ", ") + ")",
+			Principal: iss,
+		}
+	}
+	return &Result{GrantID: t.ID(), Holder: t.Holder(), Issuer: iss, SpendBlocks: spendBlocks}, nil
+}
+
+type outcome int
+
+const (
+	pass outcome = iota
+	failSoft
+	failHard
+)
+
+// evalCaveat evaluates one caveat (§6.3). blockID is the id of the block
+// that holds it, needed for spend. A value is checked for form before the
+// verb is looked at, so a malformed caveat fails whatever the verb.
+func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
+	commit := ctx.Verb == "COMMIT"
+	switch c.Name {
+	case CaveatSvc, CaveatVerbs, CaveatCan:
+		list, err := c.Strings()
+		if err != nil {
+			return failHard
+		}
+		for _, s := range list {
+			switch c.Name {
+			case CaveatSvc:
+				if s == ctx.Service {
+					return pass
+				}
+			case CaveatVerbs:
+				if s == ctx.Verb {
+					return pass
+				}
+			default:
+				if MatchPattern(s, ctx.Capability) {
+					return pass
+				}
+			}
+		}
+		return failHard
+	case CaveatExp, CaveatNbf:
+		n, err := c.Int()
+		switch {
+		case err != nil:
+			return failHard
+		case c.Name == CaveatExp && ctx.Now < n, c.Name == CaveatNbf && ctx.Now >= n:
+			return pass
+		}
+		return failHard
+	case CaveatPer:
+		max, err := c.Money()
+		switch {
+		case err != nil:
+			return failHard
+		case !commit:
+			return pass
+		}
+		cost := ctx.Proposal.Cost
+		if cost == nil || (cost.Currency == max.Currency && cost.Amount <= max.Amount) {
+			return pass
+		}
+		return failSoft
+	case CaveatSpend:
+		max, err := c.Money()
+		switch {
+		case err != nil:
+			return failHard
+		case !commit:
+			return pass
+		}
+		var amount int64
+		if cost := ctx.Proposal.Cost; cost != nil {
+			if cost.Currency != max.Currency {
+				return failSoft
+			}
+			amount = cost.Amount
+		}
+		// Spent is never negative and max is at most 2^53−1, so
+		// max−spent cannot overflow once spent ≤ max.
+		spent := ctx.Spent[blockID]
+		if spent > max.Amount || amount > max.Amount-spent {
+			return failSoft
+		}
+		return pass
+	case CaveatRisk:
+		level, err := c.Text()
+		if err != nil {
+			return failHard
+		}
+		ceiling, ok := RiskRank(level)
+		switch {
+		case !ok:
+			return failHard
+		case !commit:
+			return pass
+		}
+		if r, _ := RiskRank(ctx.Proposal.Risk); r <= ceiling {
+			return pass
+		}
+		return failSoft
+	case CaveatOnly:
+		h, err := c.Text()
+		switch {
+		case err != nil:
+			return failHard
+		case !commit, h == ctx.Proposal.Hash:
+			return pass
+		}
+		return failHard
+	}
+	// Fail closed: a caveat this verifier does not know might restrict
+	// what it cannot see (§6.3, §11).
+	return failHard
+}
