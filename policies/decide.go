@@ -81,8 +81,8 @@ func checkRequest(r Request) error {
 		return fmt.Errorf("the request time %d is out of range", r.Now)
 	}
 	for _, l := range []struct {
-		name string
-		list []string
+		name  string
+		list  []string
 		check func(string) error
 	}{{"svc", r.Svc, printable}, {"verbs", r.Verbs, checkVerb}, {"can", r.Can, checkPattern}} {
 		if l.list == nil {
