@@ -1,0 +1,254 @@
+package keyd
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// DefaultSocket is where the daemon listens and clients look when neither
+// --socket nor PARLEY_KEYD_SOCKET says otherwise.
+const DefaultSocket = "/run/parley-keyd/agent.sock"
+
+// SocketEnv names the environment variable clients read for the socket path.
+const SocketEnv = "PARLEY_KEYD_SOCKET"
+
+// SocketPath returns the socket a client should use: flag, then
+// PARLEY_KEYD_SOCKET, then DefaultSocket.
+func SocketPath(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if s := os.Getenv(SocketEnv); s != "" {
+		return s
+	}
+	return DefaultSocket
+}
+
+// Config is the daemon's configuration file (TOML, strict: an unknown key is an
+// error). Who may connect at all is decided here, before any request is read;
+// what a connected agent may get is the policy's business.
+type Config struct {
+	// Socket is the Unix socket path; ignored under systemd socket activation.
+	Socket string `toml:"socket"`
+	// SocketMode is the octal mode of the socket file (default "0660").
+	SocketMode string `toml:"socket_mode"`
+	// Policy is the policy file, relative to the configuration file's folder.
+	Policy string `toml:"policy"`
+	// ApprovalTimeout is how long a request waits for a human before it is refused.
+	ApprovalTimeout Duration `toml:"approval_timeout"`
+	// MaxConnections caps open connections; further ones are refused at accept.
+	MaxConnections int `toml:"max_connections"`
+
+	Access Access `toml:"access"`
+
+	path string // where it was read from, for relative paths
+}
+
+// Access names who may connect, and in which role. Users are names or numeric
+// uids; groups are names or numeric gids.
+type Access struct {
+	AgentUsers     []string `toml:"agent_users"`
+	AgentGroups    []string `toml:"agent_groups"`
+	ApproverUsers  []string `toml:"approver_users"`
+	ApproverGroups []string `toml:"approver_groups"`
+	// DualRoleUsers may be agent and approver at once. Their approvals are
+	// weak: an agent running as that user can approve too (DESIGN.md).
+	DualRoleUsers []string `toml:"dual_role_users"`
+}
+
+// Duration is a time.Duration written as "120s", "2m" in TOML.
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	if v <= 0 {
+		return fmt.Errorf("duration %q must be positive", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration back as a Go duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Defaults for a configuration that leaves a field out.
+const (
+	DefaultApprovalTimeout = 120 * time.Second
+	DefaultMaxConnections  = 4096
+)
+
+// ParseConfig reads a configuration strictly: unknown keys and bad values are
+// errors that name the file and line.
+func ParseConfig(data []byte, path string) (*Config, error) {
+	c := &Config{path: path}
+	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		var de *toml.DecodeError
+		var se *toml.StrictMissingError
+		switch {
+		case errors.As(err, &se) && len(se.Errors) > 0:
+			row, _ := se.Errors[0].Position()
+			return nil, fmt.Errorf("%s:%d: unknown key %q", path, row, strings.Join(se.Errors[0].Key(), "."))
+		case errors.As(err, &de):
+			row, _ := de.Position()
+			return nil, fmt.Errorf("%s:%d: %s", path, row, de.Error())
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if c.ApprovalTimeout.Duration == 0 {
+		c.ApprovalTimeout.Duration = DefaultApprovalTimeout
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxConnections < 0 {
+		return nil, fmt.Errorf("%s: max_connections must be positive", path)
+	}
+	if c.SocketMode == "" {
+		c.SocketMode = "0660"
+	}
+	if m, err := strconv.ParseUint(c.SocketMode, 8, 32); err != nil || m > 0o777 {
+		return nil, fmt.Errorf("%s: socket_mode %q is not an octal file mode such as \"0660\"", path, c.SocketMode)
+	}
+	if c.Policy == "" {
+		c.Policy = "policy.toml"
+	}
+	a := c.Access
+	for _, u := range a.AgentUsers {
+		// A user named as both agent and approver without an explicit
+		// dual role is almost certainly a mistake that would let an agent
+		// approve itself.
+		if slices.Contains(a.ApproverUsers, u) && !slices.Contains(a.DualRoleUsers, u) {
+			return nil, fmt.Errorf("%s: user %q is both agent and approver; list it in access.dual_role_users to allow that (its approvals are then weak)", path, u)
+		}
+	}
+	return c, nil
+}
+
+// LoadConfig reads and parses the configuration file at path.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseConfig(data, path)
+}
+
+// PolicyPath is the policy file's path, resolved against the configuration's folder.
+func (c *Config) PolicyPath() string {
+	if filepath.IsAbs(c.Policy) || c.path == "" {
+		return c.Policy
+	}
+	return filepath.Join(filepath.Dir(c.path), c.Policy)
+}
+
+// FileMode returns the socket file's mode.
+func (c *Config) FileMode() os.FileMode {
+	m, _ := strconv.ParseUint(c.SocketMode, 8, 32)
+	return os.FileMode(m)
+}
+
+// Roles says what a connecting peer may do. A peer that is neither agent nor
+// approver is refused before any request is read.
+type Roles struct {
+	Agent    bool
+	Approver bool
+	// Weak marks an approver who may also act as an agent: an agent running
+	// as the same OS user can reach the same session and approve.
+	Weak bool
+}
+
+func (c *Config) roles(id Identity) Roles {
+	a := c.Access
+	userIn := func(list []string) bool {
+		uid := strconv.FormatUint(uint64(id.UID), 10)
+		return slices.Contains(list, uid) || (id.User != "" && slices.Contains(list, id.User))
+	}
+	groupIn := func(list []string) bool {
+		for _, g := range id.Groups {
+			if slices.Contains(list, g) {
+				return true
+			}
+		}
+		for _, g := range id.GroupIDs {
+			if slices.Contains(list, strconv.FormatUint(uint64(g), 10)) {
+				return true
+			}
+		}
+		return slices.Contains(list, strconv.FormatUint(uint64(id.GID), 10))
+	}
+	r := Roles{
+		Agent:    userIn(a.AgentUsers) || groupIn(a.AgentGroups),
+		Approver: userIn(a.ApproverUsers) || groupIn(a.ApproverGroups),
+	}
+	if r.Agent && r.Approver {
+		if userIn(a.DualRoleUsers) {
+			r.Weak = true
+		} else {
+			// Fail closed: matching both by accident (a group here, a
+			// user there) must not let an agent approve.
+			r.Approver = false
+		}
+	}
+	return r
+}
+
+// DefaultConfig returns the commented configuration that init writes. agent
+// and approver name the users set up at init; the quickstart passes the same
+// user for both, which makes it a dual-role user with weak approvals.
+func DefaultConfig(socket, agent, approver string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `# parley-keyd configuration. Unknown keys are errors.
+# Who may connect at all is decided here; what an agent may get is in the policy.
+
+# The Unix socket. Under systemd socket activation the unit's socket is used instead.
+socket = %q
+# Mode of the socket file. The daemon checks every peer's uid with SO_PEERCRED anyway.
+socket_mode = "0660"
+
+# The policy file, relative to this file's folder.
+policy = "policy.toml"
+
+# How long a request waits for a human before it is refused.
+approval_timeout = "120s"
+
+[access]
+# Users (names or uids) and groups whose processes may ask for grants.
+agent_users = [%s]
+agent_groups = []
+# Users and groups who may list, approve and deny pending requests.
+approver_users = [%s]
+approver_groups = []
+`, socket, quoteList(agent), quoteList(approver))
+	if agent != "" && agent == approver {
+		fmt.Fprintf(&b, `# Users allowed to hold both roles. Their approvals are recorded as weak,
+# because an agent running as the same user could approve as well.
+dual_role_users = [%q]
+`, agent)
+	} else {
+		b.WriteString(`# Users allowed to hold both roles (approvals from them are recorded as weak).
+dual_role_users = []
+`)
+	}
+	return b.String()
+}
+
+func quoteList(s string) string {
+	if s == "" {
+		return ""
+	}
+	return strconv.Quote(s)
+}

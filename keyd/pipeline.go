@@ -1,0 +1,695 @@
+package keyd
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/policies"
+)
+
+type handlerFunc func(c *conn, f *Frame) (*Frame, error)
+
+func (s *Server) handler(verb string) handlerFunc {
+	switch verb {
+	case VerbHello:
+		return (*conn).hello
+	case VerbGrant:
+		return (*conn).grantVerb
+	case VerbExplain:
+		return (*conn).explain
+	case VerbConsent:
+		return (*conn).consent
+	case VerbPending:
+		return (*conn).pending
+	case VerbApprove:
+		return (*conn).approve
+	case VerbDeny:
+		return (*conn).deny
+	case VerbWatch:
+		return (*conn).watch
+	}
+	return nil
+}
+
+// GrantBody is the "grant" object of GRANT and EXPLAIN: the key the grant
+// is for and the caveats asked for, in the spec's shape (§6.3).
+type GrantBody struct {
+	Holder  string         `json:"holder"`
+	Caveats []grant.Caveat `json:"caveats"`
+}
+
+// ProofVerbGrant and ProofVerbConsent are the proof verbs for the daemon's
+// audience: a proof for GRANT signs the digest of the grant object, a proof
+// for CONSENT the consent's proposal hash. The audience is the principal key,
+// so a proof made for one daemon is useless at another.
+const (
+	ProofVerbGrant   = "GRANT"
+	ProofVerbConsent = "CONSENT"
+)
+
+// GrantDigest is the proof target for a GRANT request: b64url(sha256) of the
+// canonical JSON of the "grant" object exactly as sent.
+func GrantDigest(raw []byte) (string, error) {
+	c, err := grant.CanonicalizeJSON(raw)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(c)
+	return base64.RawURLEncoding.EncodeToString(sum[:]), nil
+}
+
+func (c *conn) requireAgent(verb string) error {
+	if !c.roles.Agent {
+		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("user %s may approve but not ask for grants (%s)", c.id.User, verb)}
+	}
+	return nil
+}
+
+func (c *conn) requireApprover(verb string) error {
+	// Property 4: an agent cannot approve its own request. The role comes
+	// from the kernel's uid, never from the frame.
+	if !c.roles.Approver {
+		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("user %s is an agent and may not %s requests", c.id.User, strings.ToLower(verb)),
+			Fix: "a human approves with parley-grant approve, as a user listed in access.approver_users"}
+	}
+	return nil
+}
+
+func (c *conn) caller(holder string) policies.Caller {
+	return policies.Caller{UID: c.id.UID, GID: c.id.GID, User: c.id.User, Groups: c.id.Groups,
+		GroupIDs: c.id.GroupIDs, Exe: c.id.Exe, Unit: c.id.Unit, HolderKey: holder}
+}
+
+func (c *conn) auditCaller() *AuditCaller {
+	return &AuditCaller{UID: c.id.UID, GID: c.id.GID, PID: c.id.PID, User: c.id.User, Exe: c.id.Exe, Unit: c.id.Unit}
+}
+
+func (c *conn) view() CallerView {
+	return CallerView{User: c.id.User, UID: c.id.UID, PID: c.id.PID, Exe: c.id.Exe, Unit: c.id.Unit}
+}
+
+// parseGrantBody validates a GRANT or EXPLAIN body: a holder key and caveats
+// of the kinds §6.3 defines, each well-formed, none repeated.
+func parseGrantBody(raw json.RawMessage, now int64) (GrantBody, ed25519.PublicKey, policies.Request, error) {
+	var body GrantBody
+	var req policies.Request
+	if len(raw) == 0 {
+		return body, nil, req, &Error{Code: CodeInvalidParams, Message: "the request needs a \"grant\" object with \"holder\" and \"caveats\""}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return body, nil, req, &Error{Code: CodeInvalidParams, Message: "the \"grant\" object is malformed: " + shortErr(err)}
+	}
+	holder, err := grant.ParsePublicKey(body.Holder)
+	if err != nil {
+		return body, nil, req, &Error{Code: CodeInvalidParams, Message: "the holder key is not a valid \"ed25519:…\" key",
+			Fix: "print your key with: parley-grant pubkey"}
+	}
+	req, err = requestFromCaveats(body.Caveats, now)
+	return body, holder, req, err
+}
+
+// parleyVerbs are the verbs a "verbs" caveat may name (§4).
+var parleyVerbs = []string{"HELLO", "ASK", "INTENT", "COMMIT", "UNDO", "EXPAND"}
+
+// maxRequestCaveats bounds the caveats of one request; a longer list is an
+// attempt to make validation and policy matching expensive.
+const maxRequestCaveats = 16
+
+func requestFromCaveats(cavs []grant.Caveat, now int64) (policies.Request, error) {
+	req := policies.Request{Now: now}
+	bad := func(format string, args ...any) (policies.Request, error) {
+		return policies.Request{}, &Error{Code: CodeInvalidParams, Message: fmt.Sprintf(format, args...)}
+	}
+	if len(cavs) > maxRequestCaveats {
+		return bad("a request may carry at most %d caveats", maxRequestCaveats)
+	}
+	seen := map[string]bool{}
+	for _, cv := range cavs {
+		if !cv.Known() {
+			// Fail closed (§6.3): a caveat the spec does not define could
+			// mean anything to a service; the daemon never signs one.
+			return bad("unknown caveat %q", cv.Name)
+		}
+		if err := cv.Check(); err != nil {
+			return bad("caveat %q is malformed: %v", cv.Name, err)
+		}
+		if seen[cv.Name] {
+			return bad("caveat %q appears twice; ask for it once", cv.Name)
+		}
+		seen[cv.Name] = true
+		switch cv.Name {
+		case "svc", "verbs", "can":
+			list, _ := cv.Strings()
+			if len(list) == 0 {
+				return bad("caveat %q has an empty list, which would allow nothing", cv.Name)
+			}
+			switch cv.Name {
+			case "svc":
+				req.Svc = list
+			case "verbs":
+				for _, v := range list {
+					if !slices.Contains(parleyVerbs, v) {
+						return bad("verb %q is not a Parley verb (%s)", v, strings.Join(parleyVerbs, ", "))
+					}
+				}
+				req.Verbs = list
+			case "can":
+				for _, p := range list {
+					if p == "" || strings.Contains(strings.TrimSuffix(p, "*"), "*") {
+						return bad("capability pattern %q must be a name, a prefix ending in *, or *", p)
+					}
+				}
+				req.Can = list
+			}
+		case "exp":
+			req.Exp, _ = cv.Int()
+			if req.Exp <= now {
+				return bad("the expiry %d is not in the future", req.Exp)
+			}
+		case "nbf":
+			req.Nbf, _ = cv.Int()
+		case "per", "spend":
+			m, _ := cv.Money()
+			if m.Amount < 0 {
+				return bad("caveat %q has a negative amount", cv.Name)
+			}
+			if cv.Name == "per" {
+				req.Per = &m
+			} else {
+				req.Spend = &m
+			}
+		case "risk":
+			var r string
+			if err := json.Unmarshal(cv.Value, &r); err != nil {
+				return bad("caveat \"risk\" is malformed")
+			}
+			req.Risk = r
+		case "only":
+			return bad("an \"only\" caveat belongs in a consent grant")
+		}
+	}
+	if req.Nbf != 0 && req.Exp != 0 && req.Nbf >= req.Exp {
+		return bad("nbf must be before exp")
+	}
+	return req, nil
+}
+
+// caveatsFromRequest turns what the policy decided into the caveats to sign,
+// in a fixed order.
+func caveatsFromRequest(r policies.Request) []grant.Caveat {
+	var out []grant.Caveat
+	if r.Svc != nil {
+		out = append(out, grant.Svc(r.Svc...))
+	}
+	if r.Verbs != nil {
+		out = append(out, grant.Verbs(r.Verbs...))
+	}
+	if r.Can != nil {
+		out = append(out, grant.Can(r.Can...))
+	}
+	if r.Nbf != 0 {
+		out = append(out, grant.Nbf(r.Nbf))
+	}
+	out = append(out, grant.Exp(r.Exp))
+	if r.Per != nil {
+		out = append(out, grant.Per(*r.Per))
+	}
+	if r.Spend != nil {
+		out = append(out, grant.Spend(*r.Spend))
+	}
+	if r.Risk != "" {
+		out = append(out, grant.Risk(r.Risk))
+	}
+	return out
+}
+
+func caveatsJSON(cavs []grant.Caveat) json.RawMessage {
+	if cavs == nil {
+		cavs = []grant.Caveat{}
+	}
+	b, _ := json.Marshal(cavs)
+	return b
+}
+
+// checkProof verifies that the caller holds holder's private key (property 3):
+// a proof by that key over target, for this daemon's audience, within ±300 s.
+func (c *conn) checkProof(f *Frame, holder, verb, target string, now int64) error {
+	if f.Proof == nil {
+		return &Error{Code: CodeUnauthorized, Message: "the request needs a proof that you hold the holder key",
+			Fix: "parley-grant adds it for you; a client signs {aud: principal key, verb, target, ts} (docs/protocol.md)"}
+	}
+	if f.Proof.Key != holder {
+		return &Error{Code: CodeUnauthorized, Message: "the proof is made by a different key than the holder"}
+	}
+	if err := grant.VerifyProof(*f.Proof, c.s.principal, verb, target, now); err != nil {
+		return &Error{Code: CodeUnauthorized, Message: "the proof of the holder key does not verify: " + shortErr(err)}
+	}
+	return nil
+}
+
+func (c *conn) agentName(pol *policies.Policy, holder string) (string, error) {
+	name, ok := pol.AgentFor(c.caller(holder))
+	if !ok {
+		return "", &Error{Code: CodeForbidden, Message: fmt.Sprintf("the policy names no agent for user %s with this key", c.id.User),
+			Fix: "an admin adds an [[agents]] entry for this user, executable or key to the policy"}
+	}
+	return name, nil
+}
+
+func (c *conn) rateLimit(pol *policies.Policy, agent string) error {
+	if ok, retry := c.s.limiter.Allow(pol, agent, c.s.now()); !ok {
+		secs := int(retry.Seconds() + 0.999)
+		if secs < 1 {
+			secs = 1
+		}
+		return &Error{Code: CodeLimit, Message: fmt.Sprintf("agent %q is over its request rate", agent), Retry: secs}
+	}
+	return nil
+}
+
+// grantVerb runs the pipeline for an attenuated root grant:
+// validate → decide → (approve) → sign → audit → reply.
+func (c *conn) grantVerb(f *Frame) (*Frame, error) {
+	if err := c.requireAgent(f.Verb); err != nil {
+		return nil, err
+	}
+	now := c.s.now().Unix()
+	body, holder, req, err := parseGrantBody(f.Grant, now)
+	if err != nil {
+		return nil, err
+	}
+	digest, err := GrantDigest(f.Grant)
+	if err != nil {
+		return nil, &Error{Code: CodeInvalidParams, Message: "the \"grant\" object cannot be canonicalized: " + shortErr(err)}
+	}
+	if err := c.checkProof(f, body.Holder, ProofVerbGrant, digest, now); err != nil {
+		return nil, err
+	}
+	pol := c.s.policy.Load()
+	agent, err := c.agentName(pol, body.Holder)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.rateLimit(pol, agent); err != nil {
+		return nil, err
+	}
+	d := pol.Decide(c.caller(body.Holder), req)
+	rec := AuditRecord{Kind: "issue", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: body.Holder,
+		Requested: caveatsJSON(body.Caveats), Decision: string(d.Action), DecidedBy: &AuditDecider{Rule: d.Rule}}
+	switch d.Action {
+	case policies.Auto:
+	case policies.Ask:
+		view := c.renderGrant(rec.RequestID, agent, body.Holder, d)
+		a, err := c.waitForHuman(f, view, agent, pol.MaxPending(agent), d.Channels, d.Strong)
+		rec.DecidedBy.Approver, rec.DecidedBy.Channel = a.Approver, a.Channel
+		rec.DecidedBy.Strength = strength(a)
+		if err != nil {
+			rec.Kind, rec.Decision, rec.Message = refusalKind(a.Code), string(a.Code), a.Reason
+			c.s.auditBestEffort(rec)
+			return nil, err
+		}
+	default:
+		rec.Kind, rec.Message = "deny", d.Reason
+		c.s.auditBestEffort(rec)
+		return nil, &Error{Code: CodeForbidden, Rule: d.Rule, Message: d.Reason,
+			Fix: "see what the policy would allow with: parley-grant explain (same flags)"}
+	}
+	cavs := caveatsFromRequest(d.Grant)
+	// Property 3, checked again at the last moment: every issued grant
+	// expires, and carries only well-formed caveats of the spec's kinds.
+	if d.Grant.Exp <= now {
+		return nil, fmt.Errorf("policy returned an expiry %d not after now %d", d.Grant.Exp, now)
+	}
+	for _, cv := range cavs {
+		if !cv.Known() || cv.Check() != nil {
+			return nil, fmt.Errorf("refusing to sign caveat %s", cv.Name)
+		}
+	}
+	nonce, err := grant.NewNonce(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := grant.Issue(c.s.signer, holder, cavs, now, nonce)
+	if err != nil {
+		return nil, err
+	}
+	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), d.Grant.Exp
+	if len(d.Narrowed) > 0 {
+		rec.Message = "narrowed: " + strings.Join(d.Narrowed, "; ")
+	}
+	if err := c.s.commitAudit(rec); err != nil {
+		return nil, err
+	}
+	return grantReply(tok, cavs, d.Grant.Exp, rec, d.Narrowed)
+}
+
+// GrantResult is the data of a GRANT reply.
+type GrantResult struct {
+	Token     string         `json:"token"`
+	GrantID   string         `json:"grant_id"`
+	Expires   int64          `json:"expires"`
+	Caveats   []grant.Caveat `json:"caveats"`
+	Decision  string         `json:"decision"` // "auto" or "ask"
+	Rule      string         `json:"rule,omitempty"`
+	Approver  string         `json:"approver,omitempty"`
+	Channel   string         `json:"channel,omitempty"`
+	Strength  string         `json:"strength,omitempty"`
+	Narrowed  []string       `json:"narrowed,omitempty"`
+	RequestID string         `json:"request"`
+}
+
+func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec AuditRecord, narrowed []string) (*Frame, error) {
+	res := GrantResult{Token: tok.Encode(), GrantID: tok.ID(), Expires: exp, Caveats: cavs, Decision: rec.Decision,
+		Rule: rec.DecidedBy.Rule, Approver: rec.DecidedBy.Approver, Channel: rec.DecidedBy.Channel,
+		Strength: rec.DecidedBy.Strength, Narrowed: narrowed, RequestID: rec.RequestID}
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	return &Frame{Kind: KindGrant, Data: raw}, nil
+}
+
+// refusalKind is the audit record kind for a request that a human, the clock
+// or the requester ended without a grant.
+func refusalKind(code Code) string {
+	switch code {
+	case CodeTimeout:
+		return AuditKindTimeout
+	case codeWithdrawn:
+		return AuditKindWithdrawn
+	}
+	return AuditKindDeny
+}
+
+func strength(a Approval) string {
+	switch {
+	case a.Channel == "":
+		return ""
+	case a.Weak:
+		return "weak"
+	}
+	return "strong"
+}
+
+// commitAudit writes rec durably. Property 2: if it fails, the grant that was
+// just signed is dropped here and never leaves the daemon.
+func (s *Server) commitAudit(rec AuditRecord) error {
+	if _, err := s.audit.Append(rec); err != nil {
+		s.logf("audit append failed, grant %s discarded: %v", rec.GrantID, err)
+		return &Error{Code: CodeUnavailable, Message: "the audit log cannot be written, so no grant was issued",
+			Fix: "an admin checks the state folder's disk space and permissions", Retry: 5}
+	}
+	return nil
+}
+
+// auditBestEffort records a refusal. A refusal stands whether or not its
+// record could be written; the failure is logged.
+func (s *Server) auditBestEffort(rec AuditRecord) {
+	if _, err := s.audit.Append(rec); err != nil {
+		s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, err)
+	}
+}
+
+// waitForHuman queues view for approval, tells the requester the match code
+// and where to approve, and blocks until a human decides, the request times
+// out, or the requester goes away (which withdraws it).
+func (c *conn) waitForHuman(f *Frame, view PendingView, agent string, maxPending int, chans []policies.Channel, strong bool) (Approval, error) {
+	for _, ch := range chans {
+		view.Channels = append(view.Channels, string(ch))
+	}
+	view.Strong = strong
+	timeout := c.s.cfg.Load().ApprovalTimeout.Duration
+	view.Created = c.s.now().Unix()
+	view.Expires = c.s.now().Add(timeout).Unix()
+	it, err := c.s.queue.add(view, agent, maxPending)
+	if err != nil {
+		return Approval{Code: CodeLimit, Reason: err.Error()}, err
+	}
+	c.event(f.ID, fmt.Sprintf("waiting for approval of %s: confirm code %s", view.ID, it.code), map[string]any{
+		"request": view.ID, "code": it.code, "channels": view.Channels, "strong": strong, "expires": view.Expires,
+	})
+	a := c.s.queue.wait(c.ctx, it, timeout)
+	if a.Approved {
+		return a, nil
+	}
+	code := a.Code
+	if code == "" {
+		code = CodeDenied
+	}
+	return a, &Error{Code: code, Message: a.Reason}
+}
+
+// explain answers which rule would decide a GRANT and what it would issue,
+// signing nothing.
+func (c *conn) explain(f *Frame) (*Frame, error) {
+	if err := c.requireAgent(f.Verb); err != nil {
+		return nil, err
+	}
+	now := c.s.now().Unix()
+	body, _, req, err := parseGrantBody(f.Grant, now)
+	if err != nil {
+		return nil, err
+	}
+	pol := c.s.policy.Load()
+	d := pol.Decide(c.caller(body.Holder), req)
+	out := map[string]any{
+		"action": d.Action, "agent": d.Agent, "rule": d.Rule, "reason": d.Reason,
+		"narrowed": d.Narrowed, "channels": d.Channels, "strong": d.Strong,
+	}
+	if d.Action != policies.Deny {
+		cavs := caveatsFromRequest(d.Grant)
+		out["caveats"] = cavs
+		out["expires"] = d.Grant.Exp
+		words := make([]string, len(cavs))
+		for i, cv := range cavs {
+			words[i] = cv.Describe()
+		}
+		out["allows"] = words
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, err
+	}
+	return &Frame{Kind: KindExplain, Data: raw}, nil
+}
+
+// unwrapObject returns the member key of raw when raw is an object holding it
+// (a whole ERROR or PROPOSALS frame), else raw itself.
+func unwrapObject(raw json.RawMessage, key string) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) == nil {
+		if v, ok := m[key]; ok {
+			return v
+		}
+	}
+	return raw
+}
+
+// consent runs the pipeline for a consent grant (§6.6). Property 5: the
+// daemon recomputes the proposal hash and checks id, service, capability and
+// expiry before anything is shown to a human; a mismatch is refused and never
+// queued.
+func (c *conn) consent(f *Frame) (*Frame, error) {
+	if err := c.requireAgent(f.Verb); err != nil {
+		return nil, err
+	}
+	now := c.s.now().Unix()
+	if f.Service == "" || len(f.Consent) == 0 || len(f.Proposal) == 0 || f.Holder == "" {
+		return nil, &Error{Code: CodeInvalidParams, Message: "CONSENT needs \"service\", \"consent\", \"proposal\" and \"holder\""}
+	}
+	holder, err := grant.ParsePublicKey(f.Holder)
+	if err != nil {
+		return nil, &Error{Code: CodeInvalidParams, Message: "the holder key is not a valid \"ed25519:…\" key"}
+	}
+	var cr grant.ConsentRequest
+	if err := json.Unmarshal(unwrapObject(f.Consent, "consent"), &cr); err != nil || cr.Hash == "" {
+		return nil, &Error{Code: CodeInvalidParams, Message: "the consent is not a §6.6 consent object or a consent_required ERROR frame"}
+	}
+	if err := c.checkProof(f, f.Holder, ProofVerbConsent, cr.Hash, now); err != nil {
+		return nil, err
+	}
+	pol := c.s.policy.Load()
+	agent, err := c.agentName(pol, f.Holder)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.rateLimit(pol, agent); err != nil {
+		return nil, err
+	}
+	propRaw, err := pickProposal(f.Proposal, cr.Proposal)
+	if err != nil {
+		return nil, err
+	}
+	rec := AuditRecord{Kind: "consent", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: f.Holder}
+	refuse := func(e *Error) (*Frame, error) {
+		rec.Kind, rec.Decision, rec.Message = AuditKindDeny, string(e.Code), e.Message
+		c.s.auditBestEffort(rec)
+		return nil, e
+	}
+	if cr.Principal != "" && cr.Principal != c.s.principal {
+		return refuse(&Error{Code: CodeConflict, Message: "the consent request is for another principal"})
+	}
+	prop, err := grant.CheckConsent(cr, f.Service, propRaw, now)
+	if err != nil {
+		code := CodeConflict
+		if ge, ok := err.(*grant.Error); ok && ge.Code == grant.CodeExpired {
+			code = CodeExpired
+		}
+		return refuse(&Error{Code: code, Message: "the consent does not match the proposal: " + shortErr(err),
+			Fix: "pass the proposal exactly as the service sent it, and the consent from the same service"})
+	}
+	facts := policies.ConsentFacts{Service: f.Service, Capability: prop.Capability, Cost: prop.Cost,
+		Risk: prop.Risk, Expires: prop.Expires, Now: now}
+	d := pol.DecideConsent(c.caller(f.Holder), facts)
+	rec.DecidedBy = &AuditDecider{Rule: d.Rule}
+	rec.Requested, _ = json.Marshal(cr)
+	if d.Action != policies.Ask {
+		return refuse(&Error{Code: CodeForbidden, Rule: d.Rule, Message: d.Reason})
+	}
+	view := c.renderConsent(rec.RequestID, agent, f.Holder, f.Service, prop, propRaw, d)
+	a, err := c.waitForHuman(f, view, agent, pol.MaxPending(agent), d.Channels, d.Strong)
+	rec.DecidedBy.Approver, rec.DecidedBy.Channel, rec.DecidedBy.Strength = a.Approver, a.Channel, strength(a)
+	rec.Decision = "ask"
+	if err != nil {
+		rec.Kind, rec.Decision, rec.Message = refusalKind(a.Code), string(a.Code), a.Reason
+		c.s.auditBestEffort(rec)
+		return nil, err
+	}
+	// The consent never outlives the proposal, nor the policy's cap.
+	exp := min(cr.Expires, prop.Expires)
+	if d.Expires != 0 {
+		exp = min(exp, d.Expires)
+	}
+	if exp <= c.s.now().Unix() {
+		return nil, &Error{Code: CodeExpired, Message: "the proposal expired while waiting for approval"}
+	}
+	cr.Expires = exp
+	nonce, err := grant.NewNonce(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now = c.s.now().Unix()
+	tok, err := grant.IssueConsent(c.s.signer, holder, cr, now, nonce)
+	if err != nil {
+		return nil, err
+	}
+	cavs := grant.ConsentCaveats(f.Service, prop.Capability, cr.Hash, exp)
+	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), exp
+	if err := c.s.commitAudit(rec); err != nil {
+		return nil, err
+	}
+	return grantReply(tok, cavs, exp, rec, nil)
+}
+
+// pickProposal finds the proposal the consent names inside a PROPOSALS frame,
+// or returns a bare proposal as it is.
+func pickProposal(raw json.RawMessage, id string) (json.RawMessage, error) {
+	var frame struct {
+		Proposals []json.RawMessage `json:"proposals"`
+	}
+	if json.Unmarshal(raw, &frame) == nil && frame.Proposals != nil {
+		for _, p := range frame.Proposals {
+			var head struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(p, &head) == nil && head.ID == id {
+				return p, nil
+			}
+		}
+		return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf("the PROPOSALS frame holds no proposal %q", id)}
+	}
+	return raw, nil
+}
+
+func (c *conn) pending(f *Frame) (*Frame, error) {
+	if err := c.requireApprover(f.Verb); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(map[string]any{"pending": c.s.queue.list()})
+	if err != nil {
+		return nil, err
+	}
+	return &Frame{Kind: KindPending, Data: raw}, nil
+}
+
+// socketChannel is the channel an approval over the socket counts as: the
+// terminal, unless the desktop approver says it relays a notification click.
+func socketChannel(f *Frame) (string, error) {
+	switch f.Channel {
+	case "", "terminal":
+		return "terminal", nil
+	case "desktop":
+		return "desktop", nil
+	}
+	return "", &Error{Code: CodeInvalidParams, Message: fmt.Sprintf("channel %q cannot approve over the socket", f.Channel)}
+}
+
+func (c *conn) approver(channel string) Approval {
+	return Approval{Approver: fmt.Sprintf("%s (uid %d)", c.id.User, c.id.UID), Channel: channel, Weak: c.roles.Weak}
+}
+
+func (c *conn) approve(f *Frame) (*Frame, error) {
+	return c.decideVerb(f, true)
+}
+
+func (c *conn) deny(f *Frame) (*Frame, error) {
+	return c.decideVerb(f, false)
+}
+
+func (c *conn) decideVerb(f *Frame, approve bool) (*Frame, error) {
+	if err := c.requireApprover(f.Verb); err != nil {
+		return nil, err
+	}
+	if f.Request == "" {
+		return nil, &Error{Code: CodeInvalidParams, Message: f.Verb + " needs \"request\""}
+	}
+	if approve && f.Match == "" {
+		return nil, &Error{Code: CodeInvalidParams, Message: "APPROVE needs \"match\": the code shown where the agent asked"}
+	}
+	ch, err := socketChannel(f)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.s.queue.decide(f.Request, approve, f.Match, c.approver(ch)); err != nil {
+		return nil, err
+	}
+	return &Frame{Kind: KindOK}, nil
+}
+
+// watchNotifier streams queue news to an approver connection as EVENTs.
+type watchNotifier struct {
+	c  *conn
+	re string
+}
+
+func (w watchNotifier) Pending(v PendingView) { w.c.event(w.re, "pending", v) }
+func (w watchNotifier) Ended(id, outcome string) {
+	w.c.event(w.re, "ended", map[string]string{"id": id, "outcome": outcome})
+}
+
+// watch streams every pending request and its end to an approver until the
+// connection closes: the desktop approver's feed. Its final reply comes only
+// when the daemon shuts down.
+func (c *conn) watch(f *Frame) (*Frame, error) {
+	if err := c.requireApprover(f.Verb); err != nil {
+		return nil, err
+	}
+	w := watchNotifier{c, f.ID}
+	cancel := c.s.queue.subscribe(w)
+	defer cancel()
+	for _, v := range c.s.queue.list() {
+		w.Pending(v)
+	}
+	<-c.ctx.Done()
+	return &Frame{Kind: KindOK}, nil
+}

@@ -1,0 +1,291 @@
+package keyd
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base32"
+	"fmt"
+	"math/big"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// PendingView is a waiting request as the daemon rendered it for a human. It
+// holds no match code: the human reads the code in the requesting terminal and
+// confirms it here, so that a request racing an expected one cannot ride on
+// its approval (DESIGN.md, number matching).
+type PendingView struct {
+	ID       string     `json:"id"`
+	Kind     string     `json:"kind"` // "grant" or "consent"
+	Caller   CallerView `json:"caller"`
+	Agent    string     `json:"agent,omitempty"`
+	Holder   string     `json:"holder"`
+	Title    string     `json:"title"`    // one line: "calendar-agent asks for a grant"
+	Text     string     `json:"text"`     // the full rendering, already made safe for display
+	Rule     string     `json:"rule,omitempty"`
+	Channels []string   `json:"channels"` // where it may be approved
+	Strong   bool       `json:"strong"`   // only a strong channel may approve it
+	// Choices are three codes, one of them the real match code, in random
+	// order: for approvers that offer buttons (the desktop notification).
+	Choices []string `json:"choices"`
+	Created int64    `json:"created"`
+	Expires int64    `json:"expires"`
+}
+
+// CallerView is who asked, as the kernel and /proc told the daemon.
+type CallerView struct {
+	User string `json:"user"`
+	UID  uint32 `json:"uid"`
+	PID  int32  `json:"pid"`
+	Exe  string `json:"exe,omitempty"`
+	Unit string `json:"unit,omitempty"`
+}
+
+// Approval says who decided a pending request and through which channel.
+type Approval struct {
+	Approved bool
+	Approver string // user name and uid, or the paired device's name
+	Channel  string // "terminal", "desktop", "phone"
+	Weak     bool   // the approver could have been the agent itself
+	Code     Code   // for a refusal: denied, timeout, unavailable
+	Reason   string // for a refusal: one sentence
+}
+
+// Notifier is a human channel that wants to hear about pending requests: the
+// desktop approver (over WATCH) and the phone page plug in here.
+type Notifier interface {
+	Pending(v PendingView)
+	Ended(id string, outcome string)
+}
+
+type pendingItem struct {
+	view  PendingView
+	agent string
+	code  string
+	done  chan Approval // buffered 1; written once under queue.mu
+	ended bool
+}
+
+// queue holds requests waiting for a human. Every method is safe for
+// concurrent use.
+type queue struct {
+	mu        sync.Mutex
+	items     map[string]*pendingItem
+	perAgent  map[string]int
+	notifiers []*notifierReg
+}
+
+type notifierReg struct{ n Notifier }
+
+func newQueue() *queue {
+	return &queue{items: map[string]*pendingItem{}, perAgent: map[string]int{}}
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijkmnpqrstuvwxyz23456789").WithPadding(base32.NoPadding)
+
+func newRequestID() string {
+	var b [5]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return "r_" + idEncoding.EncodeToString(b[:])
+}
+
+// newMatchCode returns a two-digit code from 10 to 99 and two distinct decoys.
+func newMatchCode() (code string, choices []string) {
+	pick := func() string {
+		n, err := rand.Int(rand.Reader, big.NewInt(90))
+		if err != nil {
+			panic(err)
+		}
+		return fmt.Sprint(10 + n.Int64())
+	}
+	code = pick()
+	choices = []string{code}
+	for len(choices) < 3 {
+		if c := pick(); !slices.Contains(choices, c) {
+			choices = append(choices, c)
+		}
+	}
+	// Shuffle so that the real code's position says nothing.
+	for i := len(choices) - 1; i > 0; i-- {
+		j, _ := rand.Int(rand.Reader, big.NewInt(int64(i+1)))
+		choices[i], choices[j.Int64()] = choices[j.Int64()], choices[i]
+	}
+	return code, choices
+}
+
+// codeWithdrawn ends a request whose requester disconnected. Nobody is left
+// to receive it, so it appears only in the audit log, never on the wire.
+const codeWithdrawn Code = "withdrawn"
+
+// add enqueues v for agent unless agent already has maxPending requests
+// waiting. It returns the match code to show the requester.
+func (q *queue) add(v PendingView, agent string, maxPending int) (*pendingItem, error) {
+	code, choices := newMatchCode()
+	v.Choices = choices
+	q.mu.Lock()
+	// Attack: one agent flooding the human with approval requests, which
+	// also buries the requests of others. Cap what each agent has waiting.
+	if maxPending > 0 && q.perAgent[agent] >= maxPending {
+		q.mu.Unlock()
+		return nil, &Error{Code: CodeLimit, Message: fmt.Sprintf("agent %q already has %d requests waiting for approval", agent, maxPending),
+			Fix: "wait for the human to answer the waiting requests", Retry: 30}
+	}
+	it := &pendingItem{view: v, agent: agent, code: code, done: make(chan Approval, 1)}
+	q.items[v.ID] = it
+	q.perAgent[agent]++
+	ns := slices.Clone(q.notifiers)
+	q.mu.Unlock()
+	for _, n := range ns {
+		n.n.Pending(v)
+	}
+	return it, nil
+}
+
+// endLocked removes id and delivers a. It reports false when the request had
+// already ended, so each request is decided exactly once.
+func (q *queue) endLocked(it *pendingItem, a Approval) bool {
+	if it.ended {
+		return false
+	}
+	it.ended = true
+	delete(q.items, it.view.ID)
+	if q.perAgent[it.agent]--; q.perAgent[it.agent] <= 0 {
+		delete(q.perAgent, it.agent)
+	}
+	it.done <- a
+	return true
+}
+
+func outcomeWord(a Approval) string {
+	if a.Approved {
+		return "approved"
+	}
+	return string(a.Code)
+}
+
+// end finishes a request with a, telling the notifiers. It is a no-op for a
+// request that already ended.
+func (q *queue) end(it *pendingItem, a Approval) bool {
+	q.mu.Lock()
+	ok := q.endLocked(it, a)
+	ns := slices.Clone(q.notifiers)
+	q.mu.Unlock()
+	if ok {
+		for _, n := range ns {
+			n.n.Ended(it.view.ID, outcomeWord(a))
+		}
+	}
+	return ok
+}
+
+// wait blocks until it is decided, ctx ends (the requester withdrew or the
+// daemon stops), or timeout passes. Every path ends the request.
+func (q *queue) wait(ctx context.Context, it *pendingItem, timeout time.Duration) Approval {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case a := <-it.done:
+		return a
+	case <-t.C:
+		q.end(it, Approval{Code: CodeTimeout, Reason: fmt.Sprintf("nobody approved the request within %s", timeout)})
+	case <-ctx.Done():
+		q.end(it, Approval{Code: codeWithdrawn, Reason: "the requester went away, which withdraws the request"})
+	}
+	// The request may have been decided in the same instant; whatever
+	// end delivered first is the answer.
+	return <-it.done
+}
+
+// decide approves or denies id on behalf of an approver. A wrong match code
+// denies the request: a guess must not be retried until it hits.
+func (q *queue) decide(id string, approve bool, match string, a Approval) error {
+	q.mu.Lock()
+	it, ok := q.items[id]
+	if !ok {
+		q.mu.Unlock()
+		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("no pending request %q", id), Fix: "list waiting requests with: parley-grant pending"}
+	}
+	if !slices.Contains(it.view.Channels, a.Channel) {
+		q.mu.Unlock()
+		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("request %s may not be approved over the %s channel (allowed: %s)", id, a.Channel, strings.Join(it.view.Channels, ", "))}
+	}
+	if approve && it.view.Strong && a.Weak {
+		q.mu.Unlock()
+		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("request %s needs a strong channel, and an approval from a user who may also act as an agent is weak", id),
+			Fix: "approve it from a paired phone, or as a user that is not an agent"}
+	}
+	var err error
+	if approve {
+		if subtle.ConstantTimeCompare([]byte(match), []byte(it.code)) != 1 {
+			approve = false
+			a.Code, a.Reason = CodeDenied, "the approver entered a match code that does not match the requester's"
+			err = &Error{Code: CodeDenied, Message: fmt.Sprintf("the match code does not match: request %s was denied", id),
+				Fix: "compare the code shown where the agent asked; if it differed, someone else's request raced yours"}
+		}
+	} else {
+		a.Code, a.Reason = CodeDenied, "the human denied the request"
+	}
+	a.Approved = approve
+	ended := q.endLocked(it, a)
+	ns := slices.Clone(q.notifiers)
+	q.mu.Unlock()
+	if ended {
+		for _, n := range ns {
+			n.n.Ended(id, outcomeWord(a))
+		}
+	}
+	return err
+}
+
+// list returns the waiting requests, oldest first.
+func (q *queue) list() []PendingView {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make([]PendingView, 0, len(q.items))
+	for _, it := range q.items {
+		out = append(out, it.view)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Created != out[j].Created {
+			return out[i].Created < out[j].Created
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+func (q *queue) subscribe(n Notifier) (cancel func()) {
+	reg := &notifierReg{n}
+	q.mu.Lock()
+	q.notifiers = append(q.notifiers, reg)
+	q.mu.Unlock()
+	return func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		for i, x := range q.notifiers {
+			if x == reg {
+				q.notifiers = slices.Delete(q.notifiers, i, i+1)
+				return
+			}
+		}
+	}
+}
+
+// drain ends every waiting request with a (on shutdown).
+func (q *queue) drain(a Approval) {
+	q.mu.Lock()
+	items := make([]*pendingItem, 0, len(q.items))
+	for _, it := range q.items {
+		items = append(items, it)
+	}
+	q.mu.Unlock()
+	for _, it := range items {
+		q.end(it, a)
+	}
+}

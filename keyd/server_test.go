@@ -1,0 +1,659 @@
+package keyd
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/policies"
+)
+
+// testPolicy lets the test agent get calendar grants at once and asks the
+// human for everything else.
+const testPolicy = `
+version = 1
+[[agent]]
+name = "tester"
+any = true
+rate = 100000
+pending = 4
+
+[[rule]]
+name = "calendar-auto"
+agents = ["tester"]
+action = "auto"
+svc = ["cal.example"]
+can = ["calendar.*"]
+max_exp = "1h"
+
+[[rule]]
+name = "never-bank"
+agents = ["tester"]
+action = "deny"
+can = ["bank.*"]
+
+[[rule]]
+name = "ask-rest"
+agents = ["*"]
+action = "ask"
+max_exp = "1h"
+default_exp = "15m"
+channels = ["terminal", "desktop"]
+
+[[consent]]
+name = "ask-consent"
+agents = ["*"]
+channels = ["terminal"]
+max_exp = "15m"
+`
+
+type harness struct {
+	t      *testing.T
+	dir    string
+	sock   string
+	srv    *Server
+	audit  *AuditLog
+	key    ed25519.PrivateKey // the principal
+	cfg    *Config
+	served chan error
+}
+
+func me(t *testing.T) string {
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Username
+}
+
+type harnessOpt func(*Config, *Options)
+
+func newHarness(t *testing.T, opts ...harnessOpt) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	h := &harness{t: t, dir: dir, sock: filepath.Join(dir, "agent.sock"), served: make(chan error, 1)}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.key = priv
+	u := me(t)
+	cfg, err := ParseConfig([]byte(DefaultConfig(h.sock, u, u)), filepath.Join(dir, "config.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cfg = cfg
+	pol, err := policies.Parse([]byte(testPolicy), "test.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.audit, err = OpenAudit(filepath.Join(dir, "audit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Config: cfg, Policy: pol, Signer: priv, Audit: h.audit, Logf: t.Logf}
+	for _, f := range opts {
+		f(cfg, &o)
+	}
+	h.srv, err = NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", h.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { h.served <- h.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := h.srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		h.audit.Close()
+	})
+	return h
+}
+
+func (h *harness) client() *Client {
+	h.t.Helper()
+	c, err := Dial(h.sock)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newAgentKey(t *testing.T) ed25519.PrivateKey {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return priv
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func wantCode(t *testing.T, err error, code Code) {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) || e.Code != code {
+		t.Fatalf("got error %v, want code %s", err, code)
+	}
+}
+
+func auditRecords(t *testing.T, h *harness) []AuditRecord {
+	t.Helper()
+	f, err := os.Open(filepath.Join(h.dir, "audit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := VerifyAuditChain(f); err != nil {
+		t.Fatalf("audit log does not verify: %v", err)
+	}
+	f.Seek(0, 0)
+	var out []AuditRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		var r AuditRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestHelloManifest(t *testing.T) {
+	h := newHarness(t)
+	m, err := h.client().Hello(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Principal != grant.FormatPublicKey(h.key.Public().(ed25519.PublicKey)) {
+		t.Errorf("principal = %s", m.Principal)
+	}
+	if m.Caller.UID != uint32(os.Getuid()) || m.Caller.PID != int32(os.Getpid()) {
+		t.Errorf("caller = %+v, want this process", m.Caller)
+	}
+	if strings.Join(m.Caller.Roles, ",") != "agent,approver" || !m.Caller.Weak {
+		t.Errorf("roles = %v weak=%v, want agent,approver weak", m.Caller.Roles, m.Caller.Weak)
+	}
+	if m.Caller.Agent != "tester" || m.Limits.Frame != MaxFrame {
+		t.Errorf("manifest = %+v", m)
+	}
+	var names []string
+	for _, v := range m.Verbs {
+		names = append(names, v.Name)
+	}
+	if got := strings.Join(names, " "); got != "HELLO GRANT EXPLAIN CONSENT PENDING APPROVE DENY WATCH" {
+		t.Errorf("verbs = %s", got)
+	}
+}
+
+func TestGrantAuto(t *testing.T) {
+	h := newHarness(t)
+	agent := newAgentKey(t)
+	now := time.Now().Unix()
+	res, err := h.client().Grant(ctxT(t), agent, []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.*"), grant.Exp(now + 1800)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := grant.Decode(res.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := grant.FormatPublicKey(agent.Public().(ed25519.PublicKey))
+	if tok.Holder() != holder || tok.Issuer() != h.srv.Principal() {
+		t.Errorf("holder %s issuer %s", tok.Holder(), tok.Issuer())
+	}
+	if exp, ok := tok.Expiry(); !ok || exp != now+1800 {
+		t.Errorf("expiry = %d, %v; want %d", exp, ok, now+1800)
+	}
+	if res.Decision != "auto" || res.Rule != "calendar-auto" {
+		t.Errorf("decided by %s/%s, want auto/calendar-auto", res.Decision, res.Rule)
+	}
+	// The grant works at the service it names, for the agent's key only.
+	ctx := grant.Context{Service: "cal.example", Verb: "ASK", Capability: "calendar.find", Now: now, ProofKey: holder}
+	if _, err := grant.Verify([]string{res.Token}, []string{h.srv.Principal()}, ctx); err != nil {
+		t.Errorf("issued grant does not verify: %v", err)
+	}
+	ctx.Service = "bank.example"
+	if _, err := grant.Verify([]string{res.Token}, []string{h.srv.Principal()}, ctx); err == nil {
+		t.Error("issued grant works at another service")
+	}
+	// Property 2: the grant is in the audit log, which verifies.
+	recs := auditRecords(t, h)
+	last := recs[len(recs)-1]
+	if last.Kind != "issue" || last.GrantID != tok.ID() || last.Holder != holder || last.Expiry != now+1800 || last.DecidedBy.Rule != "calendar-auto" {
+		t.Errorf("audit record = %+v", last)
+	}
+	if last.Caller == nil || last.Caller.PID != int32(os.Getpid()) {
+		t.Errorf("audit caller = %+v", last.Caller)
+	}
+	raw, _ := json.Marshal(last)
+	if strings.Contains(string(raw), res.Token) || strings.Contains(string(raw), `"s":`) {
+		t.Error("audit record holds the token or a signature")
+	}
+}
+
+func TestGrantDeniedByPolicy(t *testing.T) {
+	h := newHarness(t)
+	_, err := h.client().Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Can("bank.transfer")}, nil)
+	wantCode(t, err, CodeForbidden)
+	var e *Error
+	errors.As(err, &e)
+	if e.Rule != "never-bank" || e.Fix == "" {
+		t.Errorf("refusal = %+v, want rule never-bank and a fix", e)
+	}
+	recs := auditRecords(t, h)
+	if last := recs[len(recs)-1]; last.Kind != "deny" || last.DecidedBy.Rule != "never-bank" {
+		t.Errorf("audit = %+v", last)
+	}
+}
+
+// asked starts a grant request that needs approval and returns the event
+// with the match code and a channel carrying the final result.
+type asked struct {
+	ev  Event
+	res chan error
+	tok chan *GrantResult
+}
+
+func askGrant(t *testing.T, c *Client, key ed25519.PrivateKey, cavs ...grant.Caveat) *asked {
+	t.Helper()
+	a := &asked{res: make(chan error, 1), tok: make(chan *GrantResult, 1)}
+	evs := make(chan Event, 4)
+	go func() {
+		r, err := c.Grant(ctxT(t), key, cavs, func(e Event) { evs <- e })
+		a.tok <- r
+		a.res <- err
+	}()
+	select {
+	case a.ev = <-evs:
+	case err := <-a.res:
+		t.Fatalf("request ended before waiting for approval: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no EVENT with a match code")
+	}
+	if a.ev.Request == "" || len(a.ev.Code) != 2 {
+		t.Fatalf("event = %+v", a.ev)
+	}
+	return a
+}
+
+func (a *asked) wait(t *testing.T) (*GrantResult, error) {
+	t.Helper()
+	select {
+	case err := <-a.res:
+		return <-a.tok, err
+	case <-time.After(15 * time.Second):
+		t.Fatal("request did not end")
+	}
+	return nil, nil
+}
+
+func TestGrantAskApprove(t *testing.T) {
+	h := newHarness(t)
+	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
+	human := h.client()
+	pend, err := human.Pending(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pend) != 1 || pend[0].ID != a.ev.Request {
+		t.Fatalf("pending = %+v", pend)
+	}
+	v := pend[0]
+	if strings.Contains(v.Text, a.ev.Code+" ") || !strings.Contains(v.Text, "mail.read") || v.Rule != "ask-rest" {
+		t.Errorf("rendering = %q", v.Text)
+	}
+	if len(v.Choices) != 3 || !contains(v.Choices, a.ev.Code) {
+		t.Errorf("choices %v do not hold the code %s", v.Choices, a.ev.Code)
+	}
+	if err := human.Approve(ctxT(t), v.ID, a.ev.Code, "terminal"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.wait(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Decision != "ask" || res.Channel != "terminal" || res.Strength != "weak" || !strings.Contains(res.Approver, me(t)) {
+		t.Errorf("result = %+v", res)
+	}
+	tok, _ := grant.Decode(res.Token)
+	recs := auditRecords(t, h)
+	last := recs[len(recs)-1]
+	if last.GrantID != tok.ID() || last.DecidedBy.Channel != "terminal" || last.DecidedBy.Strength != "weak" || last.DecidedBy.Approver == "" {
+		t.Errorf("audit = %+v", last)
+	}
+	// Default lifetime of the ask rule: 15 minutes.
+	if exp, _ := tok.Expiry(); exp > time.Now().Unix()+15*60 {
+		t.Errorf("expiry %d beyond the default lifetime", exp)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestGrantWrongCodeDenies(t *testing.T) {
+	h := newHarness(t)
+	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
+	wrong := "10"
+	if a.ev.Code == wrong {
+		wrong = "11"
+	}
+	err := h.client().Approve(ctxT(t), a.ev.Request, wrong, "terminal")
+	wantCode(t, err, CodeDenied)
+	_, err = a.wait(t)
+	wantCode(t, err, CodeDenied)
+	// A second try with the right code finds nothing: one guess only.
+	err = h.client().Approve(ctxT(t), a.ev.Request, a.ev.Code, "terminal")
+	wantCode(t, err, CodeNotFound)
+}
+
+func TestGrantDeny(t *testing.T) {
+	h := newHarness(t)
+	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
+	if err := h.client().Deny(ctxT(t), a.ev.Request, "terminal"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.wait(t)
+	wantCode(t, err, CodeDenied)
+	recs := auditRecords(t, h)
+	if last := recs[len(recs)-1]; last.Kind != "deny" || last.Decision != "denied" || last.GrantID != "" {
+		t.Errorf("audit = %+v", last)
+	}
+}
+
+func TestGrantApprovalTimeout(t *testing.T) {
+	h := newHarness(t, func(c *Config, o *Options) { c.ApprovalTimeout.Duration = 300 * time.Millisecond })
+	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
+	_, err := a.wait(t)
+	wantCode(t, err, CodeTimeout)
+	if p := h.srv.Pending(); len(p) != 0 {
+		t.Errorf("pending after timeout = %v", p)
+	}
+}
+
+func TestGrantWithdrawnOnDisconnect(t *testing.T) {
+	h := newHarness(t)
+	c, err := Dial(h.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	askGrant(t, c, newAgentKey(t), grant.Can("mail.read"))
+	c.Close()
+	waitFor(t, "the request to be withdrawn", func() bool { return len(h.srv.Pending()) == 0 })
+	waitFor(t, "the withdrawal record", func() bool {
+		recs := auditRecords(t, h)
+		return recs[len(recs)-1].Kind == "withdrawn"
+	})
+}
+
+func TestShutdownAnswersWaiting(t *testing.T) {
+	h := newHarness(t)
+	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go h.srv.Shutdown(ctx)
+	_, err := a.wait(t)
+	wantCode(t, err, CodeUnavailable)
+}
+
+func TestPendingLimit(t *testing.T) {
+	h := newHarness(t)
+	c := h.client()
+	for i := 0; i < 4; i++ {
+		askGrant(t, c, newAgentKey(t), grant.Can(fmt.Sprintf("mail.r%d", i)))
+	}
+	_, err := c.Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Can("mail.x")}, nil)
+	wantCode(t, err, CodeLimit)
+}
+
+// rawConn speaks frames by hand, for what the typed client never sends.
+type rawConn struct {
+	t  *testing.T
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func (h *harness) raw() *rawConn {
+	nc, err := net.Dial("unix", h.sock)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { nc.Close() })
+	return &rawConn{t: h.t, nc: nc, br: bufio.NewReaderSize(nc, 1<<16)}
+}
+
+func (r *rawConn) send(s string) {
+	r.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.nc.Write([]byte(s)); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rawConn) read() Frame {
+	r.t.Helper()
+	r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := r.br.ReadBytes('\n')
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var f Frame
+	if err := json.Unmarshal(line, &f); err != nil {
+		r.t.Fatalf("reply %q: %v", line, err)
+	}
+	return f
+}
+
+func TestFramesBadInputKeepsConnection(t *testing.T) {
+	h := newHarness(t)
+	r := h.raw()
+	big := `{"parley":1,"id":"big","verb":"HELLO","pad":"` + strings.Repeat("x", MaxFrame+10) + `"}` + "\n"
+	cases := []struct {
+		name, send string
+		code       Code
+		re         string
+	}{
+		{"fail/oversized", big, CodeBadFrame, ""},
+		{"fail/not-json", "{nope\n", CodeBadFrame, ""},
+		{"fail/array", "[1,2]\n", CodeBadFrame, ""},
+		{"fail/no-id", `{"parley":1,"verb":"HELLO"}` + "\n", CodeBadFrame, ""},
+		{"fail/wrong-version", `{"parley":2,"id":"v","verb":"HELLO"}` + "\n", CodeBadFrame, "v"},
+		{"fail/unknown-verb", `{"parley":1,"id":"u","verb":"STEAL"}` + "\n", CodeBadFrame, "u"},
+		{"fail/grant-no-body", `{"parley":1,"id":"g","verb":"GRANT"}` + "\n", CodeInvalidParams, "g"},
+		{"fail/grant-no-proof", `{"parley":1,"id":"p","verb":"GRANT","grant":{"holder":"` + grant.FormatPublicKey(newAgentKey(t).Public().(ed25519.PublicKey)) + `","caveats":[]}}` + "\n", CodeUnauthorized, "p"},
+		{"fail/unknown-caveat", `{"parley":1,"id":"c","verb":"GRANT","grant":{"holder":"` + grant.FormatPublicKey(newAgentKey(t).Public().(ed25519.PublicKey)) + `","caveats":[{"admin":true}]}}` + "\n", CodeInvalidParams, "c"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r.send(tc.send)
+			f := r.read()
+			if f.Kind != KindError || f.Code != tc.code || f.Re != tc.re || f.Message == "" {
+				t.Errorf("reply = %+v, want ERROR %s re %q", f, tc.code, tc.re)
+			}
+			// The connection stays usable after every bad frame.
+			r.send(`{"parley":1,"id":"ok","verb":"HELLO"}` + "\n")
+			if f := r.read(); f.Kind != KindBrief || f.Re != "ok" {
+				t.Errorf("after bad frame: %+v", f)
+			}
+		})
+	}
+}
+
+func TestGrantProofChecks(t *testing.T) {
+	h := newHarness(t)
+	agent, other := newAgentKey(t), newAgentKey(t)
+	holder := grant.FormatPublicKey(agent.Public().(ed25519.PublicKey))
+	body := `{"holder":"` + holder + `","caveats":[{"can":["calendar.*"]},{"svc":["cal.example"]}]}`
+	digest, err := GrantDigest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Unix()
+	mk := func(k ed25519.PrivateKey, aud, verb, target string, ts int64) string {
+		p, err := grant.MakeProof(k, aud, verb, target, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(p)
+		return string(b)
+	}
+	pr := h.srv.Principal()
+	cases := []struct {
+		name, proof string
+		code        Code
+	}{
+		{"fail/other-key", mk(other, pr, "GRANT", digest, now), CodeUnauthorized},
+		{"fail/other-audience", mk(agent, "ed25519:someone-else", "GRANT", digest, now), CodeUnauthorized},
+		{"fail/other-verb", mk(agent, pr, "CONSENT", digest, now), CodeUnauthorized},
+		{"fail/other-body", mk(agent, pr, "GRANT", "AAAA", now), CodeUnauthorized},
+		{"fail/stale", mk(agent, pr, "GRANT", digest, now-301), CodeUnauthorized},
+		{"ok/fresh", mk(agent, pr, "GRANT", digest, now), ""},
+	}
+	r := h.raw()
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprint(i)
+			r.send(`{"parley":1,"id":"` + id + `","verb":"GRANT","grant":` + body + `,"proof":` + tc.proof + "}\n")
+			f := r.read()
+			if tc.code == "" {
+				if f.Kind != KindGrant {
+					t.Fatalf("reply = %+v", f)
+				}
+				return
+			}
+			if f.Kind != KindError || f.Code != tc.code {
+				t.Errorf("reply = %+v, want %s", f, tc.code)
+			}
+		})
+	}
+}
+
+type failingAudit struct{ n int }
+
+func (f *failingAudit) Append(AuditRecord) (uint64, error) {
+	f.n++
+	return 0, errors.New("disk full")
+}
+
+func TestAuditFailureRefusesGrant(t *testing.T) {
+	fa := &failingAudit{}
+	h := newHarness(t, func(c *Config, o *Options) { o.Audit = fa })
+	res, err := h.client().Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find")}, nil)
+	wantCode(t, err, CodeUnavailable)
+	if res != nil || fa.n == 0 {
+		t.Errorf("res = %v, appends = %d", res, fa.n)
+	}
+	// The daemon is still up.
+	if _, err := h.client().Hello(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRolesFromConfig(t *testing.T) {
+	u := me(t)
+	t.Run("fail/stranger", func(t *testing.T) {
+		h := newHarness(t, func(c *Config, o *Options) { c.Access = Access{} })
+		_, err := h.client().Hello(ctxT(t))
+		wantCode(t, err, CodeUnauthorized)
+	})
+	t.Run("fail/agent-cannot-approve", func(t *testing.T) {
+		h := newHarness(t, func(c *Config, o *Options) { c.Access = Access{AgentUsers: []string{u}} })
+		c := h.client()
+		_, err := c.Pending(ctxT(t))
+		wantCode(t, err, CodeForbidden)
+		wantCode(t, c.Approve(ctxT(t), "r_x", "12", "terminal"), CodeForbidden)
+		wantCode(t, c.Deny(ctxT(t), "r_x", "terminal"), CodeForbidden)
+	})
+	t.Run("fail/approver-cannot-ask", func(t *testing.T) {
+		h := newHarness(t, func(c *Config, o *Options) { c.Access = Access{ApproverUsers: []string{u}} })
+		_, err := h.client().Grant(ctxT(t), newAgentKey(t), nil, nil)
+		wantCode(t, err, CodeForbidden)
+	})
+	t.Run("ok/both-without-dual-is-agent-only", func(t *testing.T) {
+		h := newHarness(t, func(c *Config, o *Options) {
+			c.Access = Access{AgentUsers: []string{u}, ApproverGroups: []string{fmt.Sprint(os.Getgid())}}
+		})
+		_, err := h.client().Pending(ctxT(t))
+		wantCode(t, err, CodeForbidden)
+	})
+}
+
+func TestConcurrentClients(t *testing.T) {
+	h := newHarness(t)
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	now := time.Now().Unix()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := Dial(h.sock)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			_, err = c.Grant(context.Background(), newAgentKey(t), []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find"), grant.Exp(now + 600)}, nil)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	issued := 0
+	for _, r := range auditRecords(t, h) {
+		if r.Kind == "issue" {
+			issued++
+		}
+	}
+	if issued != n {
+		t.Errorf("audit holds %d issues, want %d", issued, n)
+	}
+}
