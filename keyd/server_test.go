@@ -657,3 +657,134 @@ func TestConcurrentClients(t *testing.T) {
 		t.Errorf("audit holds %d issues, want %d", issued, n)
 	}
 }
+
+// proposalFor builds a proposal as a service would send it, with its hash.
+func proposalFor(t *testing.T, id string, amount int64, expires int64) (json.RawMessage, string) {
+	t.Helper()
+	p := map[string]any{
+		"id": id, "capability": "shop.order", "summary": "Order 3 notebooks",
+		"effects": []any{map[string]any{"op": "charge", "target": "card/visa-4242", "detail": "3 notebooks"}},
+		"cost":    map[string]any{"amount": amount, "currency": "USD"}, "risk": "medium",
+		"undo": nil, "expires": expires,
+	}
+	raw, _ := json.Marshal(p)
+	hash, err := grant.ProposalHash(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p["hash"] = hash
+	raw, _ = json.Marshal(p)
+	return raw, hash
+}
+
+func consentFor(principal, id, hash string, expires int64) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"parley": 1, "id": "s9", "re": "4", "kind": "ERROR", "code": "consent_required",
+		"message": "needs consent", "consent": map[string]any{"proposal": id, "hash": hash, "service": "shop.example",
+			"capability": "shop.order", "principal": principal, "summary": "Order", "expires": expires}})
+	return b
+}
+
+func TestConsentApproved(t *testing.T) {
+	h := newHarness(t)
+	agent := newAgentKey(t)
+	exp := time.Now().Unix() + 600
+	prop, hash := proposalFor(t, "p_1", 4500, exp)
+	c := h.client()
+	evs := make(chan Event, 1)
+	done := make(chan *GrantResult, 1)
+	errc := make(chan error, 1)
+	go func() {
+		r, err := c.Consent(ctxT(t), agent, "shop.example", consentFor(h.srv.Principal(), "p_1", hash, exp), prop, func(e Event) { evs <- e })
+		done <- r
+		errc <- err
+	}()
+	var ev Event
+	select {
+	case ev = <-evs:
+	case err := <-errc:
+		t.Fatalf("consent ended early: %v", err)
+	}
+	human := h.client()
+	list, _ := human.Pending(ctxT(t))
+	if len(list) != 1 || list[0].Kind != "consent" {
+		t.Fatalf("pending = %+v", list)
+	}
+	// The human sees the daemon's rendering of the checked proposal.
+	for _, want := range []string{"45.00 USD", "card/visa-4242", "risk: medium", "undo: never", hash} {
+		if !strings.Contains(list[0].Text, want) {
+			t.Errorf("rendering lacks %q:\n%s", want, list[0].Text)
+		}
+	}
+	if err := human.Approve(ctxT(t), ev.Request, ev.Code, "terminal"); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	tok, err := grant.Decode(res.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Property 5: exactly the five caveats of §6.6, in order.
+	want, _ := json.Marshal(grant.ConsentCaveats("shop.example", "shop.order", hash, exp))
+	got, _ := json.Marshal(tok.Blocks[0].Payload.Caveats)
+	if string(got) != string(want) {
+		t.Errorf("caveats = %s\nwant %s", got, want)
+	}
+	holder := grant.FormatPublicKey(agent.Public().(ed25519.PublicKey))
+	trusted := []string{h.srv.Principal()}
+	now := time.Now().Unix()
+	commit := grant.Context{Service: "shop.example", Verb: "COMMIT", Capability: "shop.order", Now: now, ProofKey: holder,
+		Proposal: &grant.ProposalFacts{Hash: hash, Cost: &grant.Money{Amount: 4500, Currency: "USD"}, Risk: "medium"}}
+	if _, err := grant.Verify([]string{res.Token}, trusted, commit); err != nil {
+		t.Errorf("consent does not authorize its COMMIT: %v", err)
+	}
+	undo := grant.Context{Service: "shop.example", Verb: "UNDO", Capability: "shop.order", Now: now, ProofKey: holder}
+	if _, err := grant.Verify([]string{res.Token}, trusted, undo); err == nil {
+		t.Error("consent authorizes UNDO")
+	}
+	recs := auditRecords(t, h)
+	if last := recs[len(recs)-1]; last.Kind != "consent" || last.GrantID != tok.ID() || last.Expiry != exp {
+		t.Errorf("audit = %+v", last)
+	}
+}
+
+func TestConsentMismatchNeverShown(t *testing.T) {
+	h := newHarness(t)
+	exp := time.Now().Unix() + 600
+	prop, hash := proposalFor(t, "p_1", 4500, exp)
+	principal := h.srv.Principal()
+	// The service hashed one proposal; the agent passes an altered one.
+	var m map[string]any
+	json.Unmarshal(prop, &m)
+	m["cost"] = map[string]any{"amount": 450, "currency": "USD"}
+	altered, _ := json.Marshal(m)
+	_, otherHash := proposalFor(t, "p_2", 4500, exp)
+	past := time.Now().Unix() - 10
+	oldProp, oldHash := proposalFor(t, "p_1", 4500, past)
+	cases := []struct {
+		name              string
+		service           string
+		consent, proposal json.RawMessage
+		code              Code
+	}{
+		{"fail/altered-proposal", "shop.example", consentFor(principal, "p_1", hash, exp), altered, CodeConflict},
+		{"fail/other-hash", "shop.example", consentFor(principal, "p_1", otherHash, exp), prop, CodeConflict},
+		{"fail/other-id", "shop.example", consentFor(principal, "p_9", hash, exp), prop, CodeConflict},
+		{"fail/other-service", "evil.example", consentFor(principal, "p_1", hash, exp), prop, CodeConflict},
+		{"fail/other-principal", "shop.example", consentFor("ed25519:"+strings.Repeat("A", 43), "p_1", hash, exp), prop, CodeConflict},
+		{"fail/expired", "shop.example", consentFor(principal, "p_1", oldHash, past), oldProp, CodeExpired},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.client().Consent(ctxT(t), newAgentKey(t), tc.service, tc.consent, tc.proposal, func(e Event) {
+				t.Errorf("a mismatched consent reached the human: %+v", e)
+			})
+			wantCode(t, err, tc.code)
+			if p := h.srv.Pending(); len(p) != 0 {
+				t.Errorf("pending = %+v", p)
+			}
+		})
+	}
+}
