@@ -381,7 +381,7 @@ func (p *Policy) finish(d Decision, u *rule, escalators []*rule) Decision {
 			names[i] = e.name
 		}
 		return Decision{Action: Deny, Agent: d.Agent, Rule: u.name,
-			Reason: fmt.Sprintf("rules %s all apply and share no approval channel; fix the policy", list(names))}
+			Reason: fmt.Sprintf("rules %s all apply to this request and share no approval channel; name svc and can so that the request stays inside one of them", list(names))}
 	}
 	d.Action = Ask
 	d.Channels = channels

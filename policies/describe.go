@@ -338,6 +338,23 @@ func (p *Policy) Warnings() []string {
 			w = append(w, fmt.Sprintf("rule %q (line %d) issues grants without asking and has no per limit: they allow commits of any cost", v.name, v.line))
 		}
 	}
+	for j, v := range p.rules {
+		if v.action == Deny {
+			continue
+		}
+		for _, u := range p.rules[:j] {
+			if u.action != Ask || !overlapAgents(u.agents, v.agents) || !overlapScopes(u.scope, v.scope) {
+				continue
+			}
+			vc := allChannels
+			if v.action == Ask {
+				vc = v.channelsOrAll()
+			}
+			if len(intersectChannels(u.channelsOrAll(), vc)) == 0 {
+				w = append(w, fmt.Sprintf("rules %q (line %d) and %q (line %d) share no approval channel: a request that reaches into both is refused", u.name, u.line, v.name, v.line))
+			}
+		}
+	}
 	for _, v := range p.rules {
 		if v.action == Deny || v.scope.svc != nil {
 			continue
@@ -438,4 +455,12 @@ func count(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+func overlapAgents(a, b []string) bool {
+	return has(a, "*") || has(b, "*") || overlapNames(a, b)
+}
+
+func overlapScopes(a, b scope) bool {
+	return overlapNames(a.svc, b.svc) && overlapNames(a.verbs, b.verbs) && overlapPatterns(a.can, b.can)
 }

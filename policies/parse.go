@@ -248,19 +248,22 @@ func (d *decoder) duration(t *node, key string) (int64, error) {
 }
 
 func parseLifetime(s string) (int64, error) {
+	// Go durations have no days; a leading "Nd" is taken off first.
 	var dur time.Duration
-	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
+	rest := s
+	if days, after, ok := strings.Cut(s, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
 		n, err := strconv.ParseInt(days, 10, 64)
 		if err != nil || n > Ceiling/86400 {
 			return 0, fmt.Errorf("%q is longer than the ceiling of %s", s, fmtDur(Ceiling))
 		}
-		dur = time.Duration(n) * 24 * time.Hour
-	} else {
-		var err error
-		dur, err = time.ParseDuration(s)
-		if err != nil {
+		dur, rest = time.Duration(n)*24*time.Hour, after
+	}
+	if rest != "" || dur == 0 {
+		d, err := time.ParseDuration(rest)
+		if err != nil || rest != s && d < 0 {
 			return 0, fmt.Errorf("%q is not a duration such as 15m, 1h or 7d", s)
 		}
+		dur += d
 	}
 	switch {
 	case dur <= 0:
