@@ -1,0 +1,54 @@
+# parley-keyd build, test and install.
+#   make build     binaries into ./bin
+#   make test      every test, with the race detector, plus gofmt, vet and staticcheck
+#   make demo      the quickstart: a daemon on a local state folder, terminal approval
+#   make install   binaries, systemd units, sysusers/tmpfiles (honours DESTDIR and PREFIX)
+
+GO          ?= go
+PREFIX      ?= /usr/local
+DESTDIR     ?=
+BINDIR      ?= $(PREFIX)/bin
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+USERUNITDIR ?= $(PREFIX)/lib/systemd/user
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+CONFDIR     ?= /etc/parley-keyd
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: build test lint unit demo install bench fuzz clean
+
+build:
+	$(GO) build -o bin/ ./cmd/parley-keyd ./cmd/parley-grant
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+test: lint unit
+
+demo: build
+	./scripts/demo.sh
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./grant/
+
+install: build
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR)
+	install -m 0755 bin/parley-keyd bin/parley-grant $(DESTDIR)$(BINDIR)/
+	sed 's|@BINDIR@|$(BINDIR)|g; s|@CONFDIR@|$(CONFDIR)|g' dist/parley-keyd.service > $(DESTDIR)$(UNITDIR)/parley-keyd.service
+	install -m 0644 dist/parley-keyd.socket $(DESTDIR)$(UNITDIR)/
+	install -m 0644 dist/sysusers.d/parley-keyd.conf $(DESTDIR)$(SYSUSERSDIR)/
+	install -m 0644 dist/tmpfiles.d/parley-keyd.conf $(DESTDIR)$(TMPFILESDIR)/
+	@if [ -z "$(DESTDIR)" ]; then \
+	  if command -v systemd-sysusers >/dev/null 2>&1; then systemd-sysusers $(SYSUSERSDIR)/parley-keyd.conf; \
+	  elif ! getent passwd parley-keyd >/dev/null; then \
+	    getent group parley-agents >/dev/null || groupadd --system parley-agents; \
+	    useradd --system --home-dir /var/lib/parley-keyd --no-create-home --shell /usr/sbin/nologin parley-keyd; fi; \
+	fi
+
+clean:
+	rm -rf bin
