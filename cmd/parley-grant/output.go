@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/spf13/cobra"
+)
+
+// exitError is an error that ends the program with a given exit code and,
+// optionally, a hint line telling the user what to do about it.
+type exitError struct {
+	code int
+	err  error
+	hint string
+	// quiet means the command has already told the user everything (a
+	// verdict with --json, say): run prints nothing more.
+	quiet bool
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// fail returns err as a failure (exit code 1) with a hint line; hint may be
+// empty.
+func fail(err error, hint string) error {
+	return &exitError{code: exitFail, err: err, hint: hint}
+}
+
+// failCode returns err with the given exit code and hint.
+func failCode(code int, err error, hint string) error {
+	return &exitError{code: code, err: err, hint: hint}
+}
+
+// usage returns err as a usage error (exit code 2) with a hint line.
+func usage(err error, hint string) error {
+	return &exitError{code: exitUsage, err: err, hint: hint}
+}
+
+// usagef is usage with a formatted message.
+func usagef(hint, format string, args ...any) error {
+	return usage(fmt.Errorf(format, args...), hint)
+}
+
+// exitCodeOf returns the exit code for a grant error code (§7).
+func exitCodeOf(c grant.Code) int {
+	switch c {
+	case grant.CodeUnauthorized:
+		return exitUnauthorized
+	case grant.CodeForbidden:
+		return exitForbidden
+	case grant.CodeConsentRequired:
+		return exitConsentRequired
+	case grant.CodeBadInput:
+		return exitUsage
+	}
+	return exitFail
+}
+
+// isCobraUsage reports whether err is one of cobra's own complaints about
+// the command line (it has no error types for them).
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "required flag", "flag needs", "invalid argument", "accepts ", "requires at least"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// oneLine makes s safe to print on one line of a terminal: messages can
+// hold text from a token or a file, which must not move the cursor, forge
+// lines or hide characters (see grant.SafeText).
+func oneLine(s string) string { return grant.SafeText(s, 600) }
+
+// warnf writes a warning to stderr as "parley-grant: warning: …".
+func warnf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "parley-grant: warning: %s\n", oneLine(fmt.Sprintf(format, args...)))
+}
+
+// infof writes a message to stderr as "parley-grant: …".
+func infof(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "parley-grant: %s\n", oneLine(fmt.Sprintf(format, args...)))
+}
+
+// printJSON writes v to stdout as indented JSON followed by a newline.
+// Unlike json.Marshal's default it leaves <, > and & as they are.
+func printJSON(v any) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fail(fmt.Errorf("encode json: %w", err), "")
+	}
+	_, err := os.Stdout.Write(b.Bytes())
+	return err
+}
+
+// Limits on what commands read. Every input may come from an agent, so
+// each is capped before it is read whole.
+const (
+	// maxJSONInput bounds a JSON file or stdin: a Parley frame is at most
+	// 1 MiB (§2.1).
+	maxJSONInput = 1 << 20
+	// maxTokenInput bounds a token read from a file or stdin: the longest
+	// token Decode accepts plus room for surrounding white space.
+	maxTokenInput = grant.MaxTokenLen + 4096
+)
+
+// readLimited reads at most limit bytes of r; more is an error that says
+// "too large". what names the input in messages ("stdin", a file name).
+func readLimited(r io.Reader, limit int64, what string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", what, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fail(fmt.Errorf("%s is too large (over %s)", what, sizeWords(limit)), "")
+	}
+	return data, nil
+}
+
+// readInput reads the file name, or stdin when name is "-", capped at
+// limit bytes.
+func readInput(name string, limit int64) ([]byte, error) {
+	if name == "-" {
+		return readLimited(os.Stdin, limit, "stdin")
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fail(err, "")
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		return nil, fail(fmt.Errorf("%s is a directory", name), "")
+	}
+	return readLimited(f, limit, name)
+}
+
+// readToken returns a token given as an argument, or read from stdin when
+// arg is "-". White space around a token from stdin is dropped.
+func readToken(arg string) (string, error) {
+	if arg != "-" {
+		return arg, nil
+	}
+	data, err := readLimited(os.Stdin, maxTokenInput, "the token on stdin")
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(data))
+	if tok == "" {
+		return "", fail(errors.New("no token on stdin"), "")
+	}
+	return tok, nil
+}
+
+// decodeToken decodes a token and turns a decoding error into a one-line
+// message that names what is wrong.
+func decodeToken(tok string) (*grant.Token, error) {
+	t, err := grant.Decode(tok)
+	if err != nil {
+		hint := ""
+		if !strings.HasPrefix(tok, grant.TokenPrefix) {
+			hint = "a grant token starts with " + grant.TokenPrefix
+		}
+		return nil, fail(err, hint)
+	}
+	return t, nil
+}
+
+func sizeWords(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// exactArgs is cobra.ExactArgs with a usage error that names the arguments.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("usage: "+cmd.UseLine(), "%s wants %s, got %d arguments", cmd.Name(), names, len(args))
+		}
+		return nil
+	}
+}
