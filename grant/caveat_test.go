@@ -1,0 +1,145 @@
+package grant
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestMatchPattern(t *testing.T) {
+	tests := []struct {
+		pattern, capability string
+		want                bool
+	}{
+		{"*", "anything.at.all", true},
+		{"*", "", true},
+		{"calendar.*", "calendar.find", true},
+		{"calendar.*", "calendar.", true},
+		{"calendar.*", "calendar.events.delete", true},
+		{"calendar.*", "calendar", false},
+		{"calendar.*", "calendarx.find", false},
+		{"calendar", "calendar", true},
+		{"calendar", "calendar.find", false},
+		{"calendar.find", "calendar.findall", false},
+		{"cal*", "calendar.find", true},
+		{"a*b", "axb", false}, // only a trailing * is a wildcard
+		{"a*b", "a*b", true},
+		{"", "", true},
+		{"", "x", false},
+	}
+	for _, tt := range tests {
+		if got := MatchPattern(tt.pattern, tt.capability); got != tt.want {
+			t.Errorf("MatchPattern(%q, %q) = %v, want %v", tt.pattern, tt.capability, got, tt.want)
+		}
+	}
+}
+
+func TestCaveatCheck(t *testing.T) {
+	raw := func(name, v string) Caveat { return Caveat{Name: name, Value: json.RawMessage(v)} }
+	ok := []Caveat{
+		Svc("a"), Svc(), Verbs("ASK"), Can("*"), Exp(0), Nbf(-5), Per(Money{0, "USD"}),
+		Spend(Money{1, "usd"}), Risk(RiskLow), Risk(RiskHigh), Only(""),
+	}
+	for _, c := range ok {
+		if err := c.Check(); err != nil {
+			t.Errorf("%s.Check() = %v", c, err)
+		}
+	}
+	bad := []struct {
+		name string
+		c    Caveat
+	}{
+		{"fail/unknown", raw("region", `"eu"`)},
+		{"fail/svc-string", raw("svc", `"a.example"`)},
+		{"fail/svc-numbers", raw("svc", `[1]`)},
+		{"fail/svc-null", raw("svc", `null`)},
+		{"fail/verbs-object", raw("verbs", `{}`)},
+		{"fail/can-nested", raw("can", `[["a"]]`)},
+		{"fail/exp-string", raw("exp", `"tomorrow"`)},
+		{"fail/exp-float", raw("exp", `1.5`)},
+		{"fail/exp-unsafe", Exp(1 << 54)},
+		{"fail/nbf-bool", raw("nbf", `true`)},
+		{"fail/per-extra-key", raw("per", `{"currency":"USD","max":1,"x":1}`)},
+		{"fail/per-missing-max", raw("per", `{"currency":"USD"}`)},
+		{"fail/per-max-string", raw("per", `{"currency":"USD","max":"1"}`)},
+		{"fail/per-not-canonical", raw("per", `{"max":1,"currency":"USD"}`)},
+		{"fail/spend-number", raw("spend", `5000`)},
+		{"fail/risk-extreme", Risk("extreme")},
+		{"fail/risk-upper", Risk("LOW")},
+		{"fail/risk-list", raw("risk", `["low"]`)},
+		{"fail/only-number", raw("only", `1`)},
+		{"fail/trailing", raw("only", `"a""b"`)},
+		{"fail/list-too-long", Svc(make([]string, MaxListLen+1)...)},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.c.Check(); err == nil {
+				t.Errorf("%s.Check() = nil, want an error", tt.c)
+			}
+		})
+	}
+}
+
+func TestCaveatJSON(t *testing.T) {
+	cs := allCaveats()
+	data, err := json.Marshal(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back []Caveat
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(cs, back); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+
+	var c Caveat
+	if err := json.Unmarshal([]byte(`{ "per" : { "max" : 5, "currency" : "EUR" } }`), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != "per" || string(c.Value) != `{"currency":"EUR","max":5}` {
+		t.Errorf("UnmarshalJSON kept %s = %s, want canonical", c.Name, c.Value)
+	}
+	for _, in := range []string{`{}`, `{"exp":1,"nbf":2}`, `["exp"]`, `{"exp":1.5}`, `{"exp":1,"exp":2}`} {
+		if err := json.Unmarshal([]byte(in), &c); err == nil {
+			t.Errorf("UnmarshalJSON(%s): no error", in)
+		}
+	}
+	// A caveat built by hand with a non-canonical value marshals canonically.
+	hand := Caveat{Name: "svc", Value: json.RawMessage(`[ "a" ]`)}
+	if got := hand.String(); got != `{"svc":["a"]}` {
+		t.Errorf("String() = %s", got)
+	}
+	// Constructors never produce invalid UTF-8.
+	if got := Svc("\xff").String(); got != `{"svc":["`+"\uFFFD"+`"]}` {
+		t.Errorf("Svc(invalid UTF-8) = %s", got)
+	}
+}
+
+func TestCaveatDescribe(t *testing.T) {
+	tests := []struct {
+		c    Caveat
+		want string
+	}{
+		{Svc("shop.example"), "only at service shop.example"},
+		{Svc("a", "b"), "only at services a, b"},
+		{Svc(), "only at services (none: never satisfied)"},
+		{Verbs("ASK", "INTENT"), "only the verbs ASK, INTENT"},
+		{Can("shop.*"), "only capability shop.*"},
+		{Exp(1790003600), "expires at 2026-09-21T15:13:20Z"},
+		{Nbf(1790000040), "not before 2026-09-21T14:14Z"},
+		{Per(Money{3000, "USD"}), "commits cost at most 30.00 USD each"},
+		{Spend(Money{500, "JPY"}), "commits cost at most 500 JPY in total"},
+		{Risk(RiskMedium), "commits only of proposals with risk medium or lower"},
+		{Only("abc"), "commits only the proposal with hash abc"},
+		{Caveat{Name: "region", Value: json.RawMessage(`"eu"`)}, `unknown caveat "region" (never satisfied)`},
+		{Risk("extreme"), `malformed risk caveat (never satisfied): "extreme"`},
+	}
+	for _, tt := range tests {
+		if got := tt.c.Describe(); got != tt.want {
+			t.Errorf("%s.Describe() = %q, want %q", tt.c, got, tt.want)
+		}
+	}
+}

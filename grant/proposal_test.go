@@ -1,0 +1,158 @@
+package grant
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const proposalJSON = `{
+  "id": "p_7Hc2", "capability": "shop.order", "summary": "Buy one <mug>",
+  "effects": [
+    {"op":"charge","target":"card/visa-1","detail":"12.50 USD"},
+    {"op":"update","target":"cart","field":"items","from":1,"to":null}
+  ],
+  "cost": {"amount": 1250, "currency": "USD"}, "risk": "medium", "undo": {"window": 3600},
+  "expires": 1790000600, "data": {"weight": 0.35}
+}`
+
+func TestParseProposal(t *testing.T) {
+	p, err := ParseProposal([]byte(proposalJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Proposal{
+		ID: "p_7Hc2", Capability: "shop.order", Summary: "Buy one <mug>",
+		Effects: []Effect{
+			{Op: "charge", Target: "card/visa-1", Detail: "12.50 USD"},
+			{Op: "update", Target: "cart", Field: "items", From: json.Number("1")},
+		},
+		Cost: &Money{1250, "USD"}, Risk: RiskMedium, Undo: &Undo{Window: 3600}, Expires: 1790000600,
+		Data: json.RawMessage(`{"weight": 0.35}`),
+	}
+	if diff := cmp.Diff(want, p); diff != "" {
+		t.Errorf("ParseProposal (-want +got):\n%s", diff)
+	}
+	if f := p.Facts(); f.Cost != p.Cost || f.Risk != RiskMedium {
+		t.Errorf("Facts = %+v", f)
+	}
+
+	replace := func(old, new string) string {
+		if !strings.Contains(proposalJSON, old) {
+			t.Fatalf("fixture lacks %q", old)
+		}
+		return strings.Replace(proposalJSON, old, new, 1)
+	}
+	bad := []struct{ name, in string }{
+		{"fail/not-object", `[]`},
+		{"fail/no-id", replace(`"id": "p_7Hc2",`, ``)},
+		{"fail/empty-capability", replace(`"shop.order"`, `""`)},
+		{"fail/summary-number", replace(`"Buy one <mug>"`, `5`)},
+		{"fail/effects-missing", replace(`"effects": [`, `"effectz": [`)},
+		{"fail/op-unknown", replace(`"op":"charge"`, `"op":"explode"`)},
+		{"fail/target-missing", replace(`"target":"cart",`, ``)},
+		{"fail/from-object", replace(`"from":1`, `"from":{"a":1}`)},
+		{"fail/from-float", replace(`"from":1`, `"from":1.5`)},
+		{"fail/detail-number", replace(`"detail":"12.50 USD"`, `"detail":12`)},
+		{"fail/cost-missing", replace(`"cost": {"amount": 1250, "currency": "USD"},`, ``)},
+		{"fail/cost-float", replace(`"amount": 1250`, `"amount": 12.5`)},
+		{"fail/cost-string", replace(`{"amount": 1250, "currency": "USD"}`, `"12.50 USD"`)},
+		{"fail/risk-unknown", replace(`"risk": "medium"`, `"risk": "extreme"`)},
+		{"fail/undo-negative", replace(`"window": 3600`, `"window": -1`)},
+		{"fail/undo-missing", replace(`"undo": {"window": 3600},`, ``)},
+		{"fail/expires-string", replace(`"expires": 1790000600`, `"expires": "soon"`)},
+		{"fail/duplicate-key", replace(`"risk": "medium"`, `"risk": "low", "risk": "medium"`)},
+		{"fail/hash-number", replace(`"expires": 1790000600`, `"expires": 1790000600, "hash": 5`)},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := ParseProposal([]byte(tt.in)); err == nil {
+				t.Error("ParseProposal: no error")
+			}
+		})
+	}
+	// A float in data is fine: data is not hashed (§5.1).
+	if _, err := ProposalHash([]byte(proposalJSON)); err != nil {
+		t.Errorf("ProposalHash with a float in data: %v", err)
+	}
+	// Unknown fields are ignored but hashed.
+	h1, _ := ProposalHash([]byte(proposalJSON))
+	h2, err := ProposalHash([]byte(replace(`"risk"`, `"x": 1, "risk"`)))
+	if err != nil || h1 == h2 {
+		t.Errorf("an unknown field does not change the hash: %s %s %v", h1, h2, err)
+	}
+}
+
+func TestCheckConsent(t *testing.T) {
+	raw := []byte(proposalJSON)
+	hash, err := ProposalHash(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := ConsentRequest{
+		Proposal: "p_7Hc2", Hash: hash, Service: "shop.example", Capability: "shop.order",
+		Principal: principalPub, Summary: "anything the service writes", Expires: 1790000600,
+	}
+	withHash := []byte(strings.Replace(proposalJSON, `"expires"`, `"hash": "`+hash+`", "expires"`, 1))
+	wrongHashField := []byte(strings.Replace(proposalJSON, `"expires"`, `"hash": "bogus", "expires"`, 1))
+	// The service swaps effects after the agent received the proposal:
+	// the hash no longer matches.
+	swapped := []byte(strings.Replace(proposalJSON, "card/visa-1", "card/other", 1))
+
+	tests := []struct {
+		name     string
+		mutate   func(*ConsentRequest)
+		raw      []byte
+		service  string
+		now      int64
+		wantCode Code
+	}{
+		{name: "ok/matching", now: testNow},
+		{name: "ok/with-hash-field", raw: withHash, now: testNow},
+		{name: "ok/consent-expires-before-proposal", mutate: func(c *ConsentRequest) { c.Expires = testNow + 60 }, now: testNow},
+		{name: "fail/hash-mismatch", mutate: func(c *ConsentRequest) { c.Hash = "3YBSE3lWje0kWnzf3PaGMr3CI3aoO1qdYRLxUkmOJVU" }, now: testNow, wantCode: CodeConflict},
+		{name: "fail/effects-swapped", raw: swapped, now: testNow, wantCode: CodeConflict},
+		{name: "fail/hash-field-lies", raw: wrongHashField, now: testNow, wantCode: CodeConflict},
+		{name: "fail/other-proposal-id", mutate: func(c *ConsentRequest) { c.Proposal = "p_other" }, now: testNow, wantCode: CodeConflict},
+		{name: "fail/other-service", service: "evil.example", now: testNow, wantCode: CodeConflict},
+		{name: "fail/other-capability", mutate: func(c *ConsentRequest) { c.Capability = "shop.refund" }, now: testNow, wantCode: CodeConflict},
+		{name: "fail/outlives-proposal", mutate: func(c *ConsentRequest) { c.Expires = 1790000601 }, now: testNow, wantCode: CodeConflict},
+		{name: "fail/proposal-expired", now: 1790000600, wantCode: CodeExpired},
+		{name: "fail/request-expired", mutate: func(c *ConsentRequest) { c.Expires = testNow }, now: testNow, wantCode: CodeExpired},
+		{name: "fail/malformed-proposal", raw: []byte(`{"id":"p_7Hc2"}`), now: testNow, wantCode: CodeBadInput},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := good
+			if tt.mutate != nil {
+				tt.mutate(&c)
+			}
+			r := raw
+			if tt.raw != nil {
+				r = tt.raw
+			}
+			svc := "shop.example"
+			if tt.service != "" {
+				svc = tt.service
+			}
+			p, err := CheckConsent(c, svc, r, tt.now)
+			if tt.wantCode == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.ID != "p_7Hc2" {
+					t.Errorf("proposal %+v", p)
+				}
+				return
+			}
+			if CodeOf(err) != tt.wantCode {
+				t.Errorf("CheckConsent = %v, want %s", err, tt.wantCode)
+			}
+			if err != nil && strings.Contains(err.Error(), hash) {
+				t.Errorf("error reveals the correct hash: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,76 @@
+package grant
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"testing"
+)
+
+// The keys of grants.json.
+var (
+	keyPrincipal = seedKey("AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE")
+	keyAgent     = seedKey("AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI")
+	keySub       = seedKey("AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM")
+	keyMallory   = seedKey("BAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQ")
+)
+
+// testNow is the "now" of most tests; grants are issued 100 s before it.
+const testNow = 1790000000
+
+func seedKey(s string) ed25519.PrivateKey {
+	k, err := KeyFromSeed(s)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+func pub(k ed25519.PrivateKey) ed25519.PublicKey { return k.Public().(ed25519.PublicKey) }
+
+func pubText(k ed25519.PrivateKey) string { return FormatPublicKey(pub(k)) }
+
+// issue signs a root grant from the principal to the agent.
+func issue(t testing.TB, caveats ...Caveat) *Token {
+	t.Helper()
+	tok, err := Issue(keyPrincipal, pub(keyAgent), caveats, testNow-100, "nonce-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// delegate appends a block signed by from, handing the grant to to.
+func delegate(t testing.TB, tok *Token, from, to ed25519.PrivateKey, caveats ...Caveat) *Token {
+	t.Helper()
+	d, err := tok.Delegate(from, pub(to), caveats, testNow-50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// forgeBlock signs p with signer as block position root or not, without any
+// of the checks Issue and Delegate make: for building broken chains.
+func forgeBlock(t testing.TB, signer ed25519.PrivateKey, p Payload, root bool) Block {
+	t.Helper()
+	msg, err := marshalPayload(&p, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Block{Payload: p, Sig: ed25519.Sign(signer, msg), signed: msg}
+}
+
+// encodeBody returns a token whose body is the given JSON text as is.
+func encodeBody(body string) string {
+	return TokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(body))
+}
+
+// body returns the JSON text inside an encoded token.
+func body(t testing.TB, tok string) string {
+	t.Helper()
+	b, err := base64.RawURLEncoding.DecodeString(tok[len(TokenPrefix):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
