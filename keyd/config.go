@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,6 +50,7 @@ type Config struct {
 	MaxConnections int `toml:"max_connections"`
 
 	Access Access `toml:"access"`
+	Phone  Phone  `toml:"phone"`
 
 	path string // where it was read from, for relative paths
 }
@@ -63,6 +65,28 @@ type Access struct {
 	// DualRoleUsers may be agent and approver at once. Their approvals are
 	// weak: an agent running as that user can approve too (DESIGN.md).
 	DualRoleUsers []string `toml:"dual_role_users"`
+}
+
+// Phone configures the opt-in phone page: an HTTPS listener on a LAN
+// address where a paired phone sees and approves requests. Approvals are
+// accepted only from non-local addresses (DESIGN.md).
+type Phone struct {
+	// Listen is the LAN address and port, such as "192.168.1.20:7450".
+	// Empty turns the phone page off.
+	Listen string `toml:"listen"`
+	// URL is the base address put into QR codes; default "https://" + Listen.
+	URL string `toml:"url"`
+}
+
+// PhoneURL is the base address of the phone page, or "" when it is off.
+func (c *Config) PhoneURL() string {
+	if c.Phone.Listen == "" {
+		return ""
+	}
+	if c.Phone.URL != "" {
+		return strings.TrimRight(c.Phone.URL, "/")
+	}
+	return "https://" + c.Phone.Listen
 }
 
 // Duration is a time.Duration written as "120s", "2m" in TOML.
@@ -125,6 +149,11 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 	}
 	if c.Policy == "" {
 		c.Policy = "policy.toml"
+	}
+	if c.Phone.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Phone.Listen); err != nil {
+			return nil, fmt.Errorf("%s: phone.listen %q must be host:port, such as \"192.168.1.20:7450\"", path, c.Phone.Listen)
+		}
 	}
 	a := c.Access
 	for _, u := range a.AgentUsers {
@@ -243,6 +272,12 @@ dual_role_users = [%q]
 dual_role_users = []
 `)
 	}
+	b.WriteString(`
+[phone]
+# The phone page: approve requests from a paired phone on your LAN. Off while
+# listen is empty. Set a LAN address of this host, then pair with: parley-keyd pair
+listen = ""
+`)
 	return b.String()
 }
 

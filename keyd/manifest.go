@@ -118,5 +118,8 @@ func (s *Server) channels() []string {
 	if n > 0 {
 		ch = append(ch, "desktop")
 	}
+	if s.cfg.Load().PhoneURL() != "" {
+		ch = append(ch, "phone")
+	}
 	return ch
 }

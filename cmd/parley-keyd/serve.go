@@ -109,6 +109,12 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		return fmt.Errorf("audit log: %w", err)
 	}
 	logger.Printf("listening on %s; principal %s", ln.Addr(), srv.Principal())
+	stopPhone, err := startPhone(srv, cfg, state, logger.Printf)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("phone page: %w", err)
+	}
+	defer stopPhone()
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
