@@ -24,8 +24,8 @@ type PendingView struct {
 	Caller   CallerView `json:"caller"`
 	Agent    string     `json:"agent,omitempty"`
 	Holder   string     `json:"holder"`
-	Title    string     `json:"title"`    // one line: "calendar-agent asks for a grant"
-	Text     string     `json:"text"`     // the full rendering, already made safe for display
+	Title    string     `json:"title"` // one line: "calendar-agent asks for a grant"
+	Text     string     `json:"text"`  // the full rendering, already made safe for display
 	Rule     string     `json:"rule,omitempty"`
 	Channels []string   `json:"channels"` // where it may be approved
 	Strong   bool       `json:"strong"`   // only a strong channel may approve it
