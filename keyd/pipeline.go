@@ -428,7 +428,11 @@ func (c *conn) waitForHuman(f *Frame, view PendingView, agent string, maxPending
 		view.Channels = append(view.Channels, string(ch))
 	}
 	view.Strong = strong
-	timeout := c.s.cfg.Load().ApprovalTimeout.Duration
+	cfg := c.s.cfg.Load()
+	if base := cfg.PhoneURL(); base != "" && slices.Contains(view.Channels, string(policies.Phone)) {
+		view.Link = base + "/r/" + view.ID
+	}
+	timeout := cfg.ApprovalTimeout.Duration
 	view.Created = c.s.now().Unix()
 	view.Expires = c.s.now().Add(timeout).Unix()
 	it, err := c.s.queue.add(view, agent, maxPending)

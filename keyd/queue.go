@@ -32,8 +32,11 @@ type PendingView struct {
 	// Choices are three codes, one of them the real match code, in random
 	// order: for approvers that offer buttons (the desktop notification).
 	Choices []string `json:"choices"`
-	Created int64    `json:"created"`
-	Expires int64    `json:"expires"`
+	// Link is the request's page on the phone, when the phone may approve
+	// it and the phone page is on.
+	Link    string `json:"link,omitempty"`
+	Created int64  `json:"created"`
+	Expires int64  `json:"expires"`
 }
 
 // CallerView is who asked, as the kernel and /proc told the daemon.
