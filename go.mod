@@ -15,6 +15,8 @@ require (
 require (
 	filippo.io/hpke v0.4.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/rogpeppe/go-internal v1.16.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	golang.org/x/crypto v0.59.0 // indirect
+	golang.org/x/tools v0.49.0 // indirect
 )

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -115,15 +116,19 @@ const (
 	maxTokenInput = grant.MaxTokenLen + 4096
 )
 
+// tokenMax says how long a token may be, for messages.
+var tokenMax = "a grant token is at most " + sizeWords(grant.MaxTokenLen)
+
 // readLimited reads at most limit bytes of r; more is an error that says
-// "too large". what names the input in messages ("stdin", a file name).
-func readLimited(r io.Reader, limit int64, what string) ([]byte, error) {
+// "too large". what names the input in messages ("stdin", a file name),
+// and max says what the limit is ("a token is at most 64 KiB").
+func readLimited(r io.Reader, limit int64, what, max string) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", what, err)
+		return nil, fail(fmt.Errorf("read %s: %w", what, err), "")
 	}
 	if int64(len(data)) > limit {
-		return nil, fail(fmt.Errorf("%s is too large (over %s)", what, sizeWords(limit)), "")
+		return nil, fail(fmt.Errorf("%s is too large: %s", what, max), "")
 	}
 	return data, nil
 }
@@ -132,7 +137,7 @@ func readLimited(r io.Reader, limit int64, what string) ([]byte, error) {
 // limit bytes.
 func readInput(name string, limit int64) ([]byte, error) {
 	if name == "-" {
-		return readLimited(os.Stdin, limit, "stdin")
+		return readLimited(os.Stdin, limit, "stdin", "the limit is "+sizeWords(limit))
 	}
 	f, err := os.Open(name)
 	if err != nil {
@@ -142,7 +147,7 @@ func readInput(name string, limit int64) ([]byte, error) {
 	if fi, err := f.Stat(); err == nil && fi.IsDir() {
 		return nil, fail(fmt.Errorf("%s is a directory", name), "")
 	}
-	return readLimited(f, limit, name)
+	return readLimited(f, limit, name, "the limit is "+sizeWords(limit))
 }
 
 // readToken returns a token given as an argument, or read from stdin when
@@ -151,7 +156,7 @@ func readToken(arg string) (string, error) {
 	if arg != "-" {
 		return arg, nil
 	}
-	data, err := readLimited(os.Stdin, maxTokenInput, "the token on stdin")
+	data, err := readLimited(os.Stdin, maxTokenInput, "the token on stdin", tokenMax)
 	if err != nil {
 		return "", err
 	}
@@ -167,13 +172,30 @@ func readToken(arg string) (string, error) {
 func decodeToken(tok string) (*grant.Token, error) {
 	t, err := grant.Decode(tok)
 	if err != nil {
-		hint := ""
-		if !strings.HasPrefix(tok, grant.TokenPrefix) {
-			hint = "a grant token starts with " + grant.TokenPrefix
-		}
+		err, hint := explainDecode(tok, err)
 		return nil, fail(err, hint)
 	}
 	return t, nil
+}
+
+// explainDecode returns a clearer error than err, the error grant.Decode
+// returned for tok, where one can be given, and a hint.
+func explainDecode(tok string, err error) (error, string) {
+	body, hasPrefix := strings.CutPrefix(tok, grant.TokenPrefix)
+	switch {
+	case tok == "":
+		return errors.New("empty grant token"), ""
+	case !hasPrefix:
+		return err, "a grant token starts with " + grant.TokenPrefix
+	case len(tok) <= grant.MaxTokenLen:
+		// Decode names the first thing it cannot read; for a token cut
+		// short by a copy and paste, say so instead.
+		if raw, b64err := base64.RawURLEncoding.DecodeString(body); b64err == nil && len(raw) > 0 && !json.Valid(raw) {
+			return fmt.Errorf("%w: its JSON ends early or is broken (was the token cut short?)", grant.ErrMalformedToken),
+				"copy the whole token: it is one line starting with " + grant.TokenPrefix
+		}
+	}
+	return err, ""
 }
 
 func sizeWords(n int64) string {

@@ -154,6 +154,8 @@ func runVerify(f *verifyFlags, args []string) error {
 		if len(tokens) == 1 {
 			if t, err := grant.Decode(tokens[0]); err == nil {
 				v.GrantID, v.Holder, v.Issuer = t.ID(), t.Holder(), t.Issuer()
+			} else if better, _ := explainDecode(tokens[0], err); better != err {
+				v.Message = better.Error()
 			}
 		}
 	}
@@ -202,7 +204,8 @@ func verifyTokens(args []string) ([]string, error) {
 			out = append(out, a)
 			continue
 		}
-		data, err := readLimited(os.Stdin, grant.MaxGrants*maxTokenInput, "the tokens on stdin")
+		data, err := readLimited(os.Stdin, grant.MaxGrants*maxTokenInput, "stdin",
+			fmt.Sprintf("a request carries at most %d grants, each at most %s", grant.MaxGrants, sizeWords(grant.MaxTokenLen)))
 		if err != nil {
 			return nil, err
 		}
