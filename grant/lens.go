@@ -31,6 +31,9 @@ import (
 // rendering is always computed here. It returns an error for input that
 // LensValue refuses, for a frame that is not an object, and for a missing or
 // unknown kind.
+//
+// LensReply is what a model reads. It places service-written text as it is,
+// so a human display uses DisplayReply instead.
 func LensReply(raw []byte) (string, error) {
 	return lensRenderReply(raw, nil)
 }
@@ -44,7 +47,8 @@ func LensReply(raw []byte) (string, error) {
 //	  data:
 //	    {lean notation}
 //
-// It returns an error when p is not a JSON object.
+// It returns an error when p is not a JSON object. Like LensReply it places
+// service-written text as it is; a human display uses DisplayProposal.
 func LensProposal(p json.RawMessage) (string, error) {
 	return lensRenderProposal(p, nil)
 }
@@ -170,7 +174,7 @@ func (w *lensWriter) money(n *lensNode) {
 		w.compact(n)
 		return
 	}
-	c := currency.str
+	c := lensPlain(currency.str)
 	if w.hook != nil {
 		c = w.hook(c)
 	}

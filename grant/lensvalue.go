@@ -75,7 +75,7 @@ func (n *lensNode) scalar() bool { return n.kind != lnArray && n.kind != lnObjec
 // deeper than maxLensDepth are errors. Duplicate keys in an object are an
 // error too: JSON parsers disagree on which duplicate wins, and what a human
 // is shown must not depend on that choice (a parser-differential spoof).
-// A \u escape of a lone surrogate decodes to U+FFFD.
+// A \u escape of a lone surrogate is kept (see escape).
 func lensDecode(data []byte) (lensNode, error) {
 	d := lensDecoder{data: data}
 	d.space()
@@ -307,6 +307,9 @@ func (d *lensDecoder) string() (string, error) {
 		}
 		d.pos++
 	}
+	if !utf8.Valid(b[start:d.pos]) {
+		return "", d.errorf("invalid UTF-8 in a string")
+	}
 	var sb strings.Builder
 	sb.Write(b[start:d.pos])
 	for {
@@ -365,7 +368,12 @@ func (d *lensDecoder) escape(sb *strings.Builder) error {
 		}
 		if utf16.IsSurrogate(r) {
 			// A high surrogate followed by an escaped low one is one code
-			// point; any other surrogate stands alone and becomes U+FFFD.
+			// point. Any other surrogate stands alone: ECMAScript keeps it in
+			// the string, so it is kept here too, encoded as UTF-8 would
+			// encode it (three bytes starting 0xED 0xA0–0xBF, which valid
+			// UTF-8 never holds). lensQuote writes it back as \udxxx, as
+			// JSON.stringify does; lensPlain turns it into U+FFFD, as
+			// encoding a JavaScript string to UTF-8 does.
 			if r < 0xdc00 && d.pos+1 < len(b) && b[d.pos] == '\\' && b[d.pos+1] == 'u' {
 				save := d.pos
 				d.pos += 2
@@ -379,7 +387,10 @@ func (d *lensDecoder) escape(sb *strings.Builder) error {
 				}
 				d.pos = save
 			}
-			r = utf8.RuneError
+			sb.WriteByte(0xe0 | byte(r>>12))
+			sb.WriteByte(0x80 | byte(r>>6)&0x3f)
+			sb.WriteByte(0x80 | byte(r)&0x3f)
+			return nil
 		}
 		sb.WriteRune(r)
 	default:
@@ -479,7 +490,21 @@ func lensQuote(b *strings.Builder, s string) {
 	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
+		if c >= 0x20 && c != '"' && c != '\\' && c != 0xed {
+			continue
+		}
+		if c == 0xed {
+			if !lensSurrogateAt(s, i) {
+				continue
+			}
+			b.WriteString(s[start:i])
+			r := rune(s[i]&0x0f)<<12 | rune(s[i+1]&0x3f)<<6 | rune(s[i+2]&0x3f)
+			b.WriteString(`\u`)
+			for shift := 12; shift >= 0; shift -= 4 {
+				b.WriteByte(hex[r>>shift&0xf])
+			}
+			i += 2
+			start = i + 1
 			continue
 		}
 		b.WriteString(s[start:i])
@@ -507,6 +532,34 @@ func lensQuote(b *strings.Builder, s string) {
 	}
 	b.WriteString(s[start:])
 	b.WriteByte('"')
+}
+
+// lensSurrogateAt reports whether s holds a lone surrogate kept by the
+// decoder at byte i.
+func lensSurrogateAt(s string, i int) bool {
+	return i+2 < len(s) && s[i] == 0xed && s[i+1] >= 0xa0 && s[i+1] <= 0xbf
+}
+
+// lensPlain returns s with every lone surrogate replaced by U+FFFD, which is
+// what an ECMAScript string holding one becomes when it is encoded as UTF-8.
+// Text placed into Lens as it is goes through lensPlain, so Lens is always
+// valid UTF-8.
+func lensPlain(s string) string {
+	if strings.IndexByte(s, 0xed) < 0 {
+		return s
+	}
+	var b strings.Builder
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if lensSurrogateAt(s, i) {
+			b.WriteString(s[start:i])
+			b.WriteString("\uFFFD")
+			i += 2
+			start = i + 1
+		}
+	}
+	b.WriteString(s[start:])
+	return b.String()
 }
 
 // lensBareByte marks the bytes a bare string may hold (§9.1):
@@ -606,6 +659,7 @@ func (w *lensWriter) line(indent int) {
 
 // raw writes untrusted text as it is (through w.hook when set).
 func (w *lensWriter) raw(s string) {
+	s = lensPlain(s)
 	if w.hook != nil {
 		s = w.hook(s)
 	}
@@ -614,8 +668,12 @@ func (w *lensWriter) raw(s string) {
 
 // str writes s by the string rule of §9.1: bare when it may be, else quoted.
 func (w *lensWriter) str(s string) {
-	if lensBare(s) {
+	if w.hook == nil && lensBare(s) {
 		w.b.WriteString(s)
+		return
+	}
+	if lensBare(s) {
+		w.raw(s) // bare text is safe to show but may still be long
 		return
 	}
 	if w.hook == nil {
