@@ -304,7 +304,7 @@ func auditSyncDir(path string) error {
 // auditScan verifies the records of f from its start and returns the head
 // and the offset just after the last complete line. An incomplete last line
 // is not an error here: the caller truncates it.
-func auditScan(f *os.File) (AuditHead, int64, error) {
+func auditScan(f io.ReadSeeker) (AuditHead, int64, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return AuditHead{}, 0, err
 	}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -413,4 +414,37 @@ func TestKeystoreParse(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzKeystoreParse checks that the key file parser never panics, never
+// puts key material in an error, and reads back what keystoreMarshal wrote.
+func FuzzKeystoreParse(f *testing.F) {
+	seed := bytes.Repeat([]byte{7}, 32)
+	pub := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
+	f.Add(keystoreMarshal(seed, pub))
+	f.Add([]byte("PARLEY-PRINCIPAL-KEY-1 BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc"))
+	f.Add([]byte("# public key: ed25519:x\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got [32]byte
+		comment, err := keystoreParse(data, &got)
+		if err != nil {
+			// Errors are fixed sentences with a line number: never input.
+			msg := regexp.MustCompile(`^line \d+: `).ReplaceAllString(err.Error(), "")
+			switch msg {
+			case "no PARLEY-PRINCIPAL-KEY-1 line", "a second key", "not an ed25519: public key",
+				"the seed is not 32 bytes of unpadded base64url", "not a parley principal key file":
+			default:
+				t.Errorf("unexpected error text %q", err)
+			}
+			return
+		}
+		again := keystoreMarshal(got[:], ed25519.NewKeyFromSeed(got[:]).Public().(ed25519.PublicKey))
+		var seed2 [32]byte
+		if _, err := keystoreParse(again, &seed2); err != nil || seed2 != got {
+			t.Errorf("re-marshalled key does not parse to the same seed: %v", err)
+		}
+		if comment != nil && len(comment) != ed25519.PublicKeySize {
+			t.Errorf("comment key of %d bytes", len(comment))
+		}
+	})
 }

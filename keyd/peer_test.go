@@ -292,3 +292,16 @@ func TestPeerStillAlive(t *testing.T) {
 		}
 	})
 }
+
+// FuzzPeerUnitFromCgroup checks that whatever a cgroup path holds, the unit
+// is empty or a valid unit name ending in .service or .scope.
+func FuzzPeerUnitFromCgroup(f *testing.F) {
+	f.Add([]byte("0::/user.slice/user-1000.slice/user@1000.service/app.slice/agent.service\n"))
+	f.Add([]byte("1:name=systemd:/system.slice/cron.service\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		u := peerUnitFromCgroup(data)
+		if u != "" && (!peerValidUnitName(u) || !(strings.HasSuffix(u, ".service") || strings.HasSuffix(u, ".scope"))) {
+			t.Errorf("unit %q", u)
+		}
+	})
+}
