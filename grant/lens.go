@@ -23,7 +23,9 @@ import (
 //   - a text field that holds a number or boolean renders as its lean scalar,
 //     an object or array as its compact JSON, and an absent one as nothing;
 //   - a time or duration that is not a number renders as text; a money value
-//     whose amount is not an integer below 2^53 renders as compact JSON.
+//     whose amount is not an integer below 2^53 renders as compact JSON;
+//   - a proposal without a summary shows its [id] alone; an effect whose op
+//     is not one of the six of §5.1 gets the symbol ?.
 
 // LensReply renders a reply frame as Lens (§9.2): BRIEF, PROPOSALS, CLARIFY,
 // RECEIPT, ANSWER, ERROR or EVENT, followed by one More line per entry of the

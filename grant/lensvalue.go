@@ -76,6 +76,10 @@ func (n *lensNode) scalar() bool { return n.kind != lnArray && n.kind != lnObjec
 // error too: JSON parsers disagree on which duplicate wins, and what a human
 // is shown must not depend on that choice (a parser-differential spoof).
 // A \u escape of a lone surrogate is kept (see escape).
+//
+// Keys keep their insertion order always, as §9.1 says. (ECMAScript engines
+// move keys that look like array indices, "0", "1", …, to the front of an
+// object; the spec does not, and neither does Lens here.)
 func lensDecode(data []byte) (lensNode, error) {
 	d := lensDecoder{data: data}
 	d.space()

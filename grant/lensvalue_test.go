@@ -161,6 +161,7 @@ func TestLensValue(t *testing.T) {
 		{"ok/list-in-list-entry", `{"x":[{"a":[{"b":1},{"b":2}]},0]}`, "x[2]:\n  - a[2]{b}:\n      1\n      2\n  - 0"},
 		{"ok/deep-object", `{"a":{"b":{"c":{}}}}`, "a:\n  b:\n    c: {}"},
 		{"ok/top-array-mixed", `[1,{"a":1}]`, "items[2]:\n  - 1\n  - a: 1"},
+		{"ok/index-like-keys-keep-order", `{"b":1,"2":2,"1":3}`, "b: 1\n\"2\": 2\n\"1\": 3"},
 		{"ok/whitespace", " \t\r\n{ \"a\" : [ 1 , 2 ] }\n", `a: [1, 2]`},
 	}
 	for _, tt := range tests {
