@@ -1,0 +1,628 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/keyd"
+)
+
+// These tests run the real binaries as real OS users: the daemon as
+// parley-keyd, agents and the human as users of their own, and a stranger
+// the configuration does not name. Identity comes from SO_PEERCRED.
+
+const e2ePolicy = `version = 1
+[[agent]]
+name = "bot"
+user = ["parley-test-agent"]
+rate = 100000
+pending = 8
+
+[[rule]]
+name = "calendar-auto"
+agents = ["bot"]
+action = "auto"
+svc = ["cal.example"]
+can = ["calendar.*"]
+max_exp = "1h"
+
+[[rule]]
+name = "ask-rest"
+agents = ["bot"]
+action = "ask"
+max_exp = "1h"
+default_exp = "15m"
+channels = ["terminal"]
+`
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testpeer.Cleanup()
+	os.Exit(code)
+}
+
+type ids struct{ uid, gid uint32 }
+
+type e2e struct {
+	t                              *testing.T
+	base, state, sock, bin, agentK string
+	daemon, agent, human, stranger ids
+	proc                           *exec.Cmd
+	stderr                         *syncBuffer
+	exited                         chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// binaries builds parley-keyd and parley-grant once into a folder every
+// user can read.
+func binaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "parley-e2e-bin-")
+		if buildErr != nil {
+			return
+		}
+		os.Chmod(buildDir, 0o755)
+		out, err := exec.Command("go", "build", "-o", buildDir+"/",
+			"github.com/parley-keyd/parley-keyd/cmd/parley-keyd",
+			"github.com/parley-keyd/parley-keyd/cmd/parley-grant").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildDir
+}
+
+func osUser(t *testing.T, name string) ids {
+	uid, gid := testpeer.EnsureUser(t, name)
+	return ids{uid, gid}
+}
+
+// newE2E sets up a state folder owned by the daemon's user, initialised by
+// parley-keyd init run as that user, and an agent key owned by the agent.
+func newE2E(t *testing.T) *e2e {
+	t.Helper()
+	testpeer.RequirePeers(t)
+	e := &e2e{t: t, bin: binaries(t)}
+	e.daemon = osUser(t, "parley-keyd")
+	e.agent = osUser(t, "parley-test-agent")
+	e.human = osUser(t, "parley-test-human")
+	e.stranger = osUser(t, "parley-test-stranger")
+	e.base = testpeer.SharedDir(t)
+	run := filepath.Join(e.base, "run")
+	agentDir := filepath.Join(e.base, "agent")
+	for _, d := range []struct {
+		path string
+		who  ids
+	}{{run, e.daemon}, {agentDir, e.agent}} {
+		if err := os.Mkdir(d.path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(d.path, int(d.who.uid), int(d.who.gid))
+	}
+	// As tmpfiles.d does in a real install: the folder exists, 0700, owned
+	// by the daemon's user, before init runs.
+	e.state = filepath.Join(e.base, "state")
+	if err := os.Mkdir(e.state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(e.state, int(e.daemon.uid), int(e.daemon.gid))
+	e.sock = filepath.Join(run, "agent.sock")
+	e.agentK = filepath.Join(agentDir, "agent.key")
+	e.as(e.daemon, 0, "parley-keyd", "init", "--state", e.state, "--socket", e.sock,
+		"--agent-user", "parley-test-agent", "--approver-user", "parley-test-human")
+	// Agents and the human are in no common group here, so the socket is
+	// opened to all; the daemon still checks every peer's uid.
+	cfgPath := filepath.Join(e.state, "config.toml")
+	cfg, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(cfgPath, bytes.Replace(cfg, []byte(`socket_mode = "0660"`), []byte(`socket_mode = "0666"`), 1), 0o640)
+	e.writeOwned(filepath.Join(e.state, "policy.toml"), e2ePolicy)
+	e.as(e.agent, 0, "parley-grant", "keygen", "--out", e.agentK)
+	return e
+}
+
+func (e *e2e) writeOwned(path, content string) {
+	if err := os.WriteFile(path, []byte(content), 0o640); err != nil {
+		e.t.Fatal(err)
+	}
+	os.Chown(path, int(e.daemon.uid), int(e.daemon.gid))
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// as runs one of the binaries as who and checks its exit code.
+func (e *e2e) as(who ids, want int, bin string, args ...string) result {
+	e.t.Helper()
+	r := e.try(who, bin, args...)
+	if r.code != want {
+		e.t.Fatalf("%s %s as uid %d: exit %d, want %d\nstdout: %s\nstderr: %s", bin, strings.Join(args, " "), who.uid, r.code, want, r.stdout, r.stderr)
+	}
+	return r
+}
+
+func (e *e2e) try(who ids, bin string, args ...string) result {
+	cmd := testpeer.RunAs(who.uid, who.gid, nil, filepath.Join(e.bin, bin), args...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "USER=x", keyd.SocketEnv + "=" + e.sock}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatal(err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// start runs the daemon as its own user and waits until it accepts.
+func (e *e2e) start() {
+	e.t.Helper()
+	cmd := testpeer.RunAs(e.daemon.uid, e.daemon.gid, nil, filepath.Join(e.bin, "parley-keyd"), "serve", "--state", e.state)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	e.stderr = &syncBuffer{}
+	cmd.Stderr = e.stderr
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.proc = cmd
+	e.exited = make(chan error, 1)
+	go func() { e.exited <- cmd.Wait() }()
+	e.t.Cleanup(func() {
+		if e.proc == cmd {
+			cmd.Process.Kill()
+			<-e.exited
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		select {
+		case err := <-e.exited:
+			e.t.Fatalf("daemon exited: %v\n%s", err, e.stderr)
+		default:
+		}
+		if c, err := net.Dial("unix", e.sock); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("daemon did not start accepting:\n%s", e.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop sends sig and waits for the daemon to exit.
+func (e *e2e) stop(sig syscall.Signal) error {
+	e.t.Helper()
+	e.proc.Process.Signal(sig)
+	select {
+	case err := <-e.exited:
+		e.proc = nil
+		return err
+	case <-time.After(15 * time.Second):
+		e.t.Fatal("daemon did not exit")
+	}
+	return nil
+}
+
+func (e *e2e) auditRecords() []keyd.AuditRecord {
+	e.t.Helper()
+	f, err := os.Open(filepath.Join(e.state, "audit.log"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer f.Close()
+	var out []keyd.AuditRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		var r keyd.AuditRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			e.t.Fatalf("audit line %q: %v", sc.Text(), err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (e *e2e) verifyAudit() {
+	e.t.Helper()
+	r := e.as(e.daemon, 0, "parley-keyd", "audit", "verify", "--state", e.state)
+	if !strings.HasPrefix(r.stdout, "ok: ") {
+		e.t.Fatalf("audit verify: %q", r.stdout)
+	}
+}
+
+func TestE2EIdentityAndRoles(t *testing.T) {
+	e := newE2E(t)
+	e.start()
+
+	// An agent gets a grant by policy; the daemon saw its real uid.
+	r := e.as(e.agent, 0, "parley-grant", "issue", "--key", e.agentK, "--svc", "cal.example", "--can", "calendar.*", "--exp", "30m")
+	tok, err := grant.Decode(strings.TrimSpace(r.stdout))
+	if err != nil {
+		t.Fatalf("issue printed %q: %v", r.stdout, err)
+	}
+	recs := e.auditRecords()
+	last := recs[len(recs)-1]
+	if last.Kind != "issue" || last.GrantID != tok.ID() || last.Caller.UID != e.agent.uid || last.Caller.User != "parley-test-agent" {
+		t.Errorf("audit = %+v", last)
+	}
+	// The executable is not asserted: a daemon without CAP_SYS_PTRACE cannot
+	// read /proc/PID/exe of another user's process (keyd's peer tests, as
+	// root, check it is read when it can be).
+	pub := e.as(e.daemon, 0, "parley-keyd", "pubkey", "--state", e.state)
+	if tok.Issuer() != strings.TrimSpace(pub.stdout) {
+		t.Errorf("issuer %s, principal %s", tok.Issuer(), pub.stdout)
+	}
+
+	// A user the configuration does not name is refused before any request.
+	r = e.as(e.stranger, 3, "parley-grant", "status")
+	if !strings.Contains(r.stderr, "may not use parley-keyd") {
+		t.Errorf("stranger stderr = %q", r.stderr)
+	}
+	// The agent may not act as an approver.
+	r = e.as(e.agent, 4, "parley-grant", "pending")
+	if !strings.Contains(r.stderr, "is an agent and may not") {
+		t.Errorf("agent pending stderr = %q", r.stderr)
+	}
+	e.as(e.agent, 4, "parley-grant", "approve", "r_abc", "--code", "12")
+	r = e.as(e.human, 0, "parley-grant", "status")
+	if !strings.Contains(r.stdout, "approver") || strings.Contains(r.stdout, "weak") {
+		t.Errorf("human status = %q", r.stdout)
+	}
+}
+
+var codeLine = regexp.MustCompile(`waiting for approval of (r_[a-z0-9]+).*\n.*match code: (\d\d)`)
+
+func TestE2EApprovalByAnotherUser(t *testing.T) {
+	e := newE2E(t)
+	e.start()
+	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--key", e.agentK, "--can", "mail.read")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", keyd.SocketEnv + "=" + e.sock}
+	var out bytes.Buffer
+	errb := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = &out, errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var m []string
+	deadline := time.Now().Add(15 * time.Second)
+	for m == nil {
+		m = codeLine.FindStringSubmatch(errb.String())
+		if time.Now().After(deadline) {
+			t.Fatalf("no match code on stderr: %q", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	id, code := m[1], m[2]
+	r := e.as(e.human, 0, "parley-grant", "pending")
+	if !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "mail.read") || strings.Contains(r.stdout, "match code") {
+		t.Errorf("pending = %q", r.stdout)
+	}
+	e.as(e.human, 0, "parley-grant", "approve", id, "--code", code)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("issue: %v\n%s", err, errb.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("issue did not return")
+	}
+	if _, err := grant.Decode(strings.TrimSpace(out.String())); err != nil {
+		t.Fatalf("token %q: %v", out.String(), err)
+	}
+	recs := e.auditRecords()
+	last := recs[len(recs)-1]
+	// The human is not an agent user: the approval is strong, and names them.
+	if last.DecidedBy == nil || last.DecidedBy.Strength != "strong" || !strings.Contains(last.DecidedBy.Approver, "parley-test-human") {
+		t.Errorf("audit = %+v", last.DecidedBy)
+	}
+}
+
+func TestE2EKeyPermissionsRefused(t *testing.T) {
+	e := newE2E(t)
+	key := filepath.Join(e.state, keyd.KeyFileName)
+	cases := []struct {
+		name  string
+		break_ func()
+		fix   func()
+		want  string
+	}{
+		{"fail/key-readable-by-others", func() { os.Chmod(key, 0o644) }, func() { os.Chmod(key, 0o600) }, "chmod"},
+		{"fail/key-owned-by-root", func() { os.Chown(key, 0, 0) }, func() { os.Chown(key, int(e.daemon.uid), int(e.daemon.gid)) }, "chown"},
+		{"fail/state-open-to-group", func() { os.Chmod(e.state, 0o750) }, func() { os.Chmod(e.state, 0o700) }, "chmod"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.break_()
+			defer tc.fix()
+			r := e.try(e.daemon, "parley-keyd", "serve", "--state", e.state)
+			if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("serve: exit %d, stderr %q; want a refusal naming %q", r.code, r.stderr, tc.want)
+			}
+		})
+	}
+	// Repaired, it starts.
+	e.start()
+}
+
+func TestE2ENotDumpable(t *testing.T) {
+	e := newE2E(t)
+	e.start()
+	pid := e.proc.Process.Pid
+	// Even the daemon's own user cannot read its memory or environment.
+	for _, f := range []string{"environ", "mem"} {
+		cmd := testpeer.RunAs(e.daemon.uid, e.daemon.gid, nil, "/bin/cat", fmt.Sprintf("/proc/%d/%s", pid, f))
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "Permission denied") {
+			t.Errorf("reading /proc/%d/%s as the daemon's user: err %v, %q", pid, f, err, out)
+		}
+	}
+	limits, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`Max core file size\s+0\s+0`).Match(limits) {
+		t.Errorf("core limit not 0:\n%s", limits)
+	}
+}
+
+// TestAgentLoopHelper runs as the agent user in a child process: it asks
+// for grants from several goroutines and prints each grant id it receives,
+// until the daemon goes away.
+func TestAgentLoopHelper(t *testing.T) {
+	arg := os.Getenv("PARLEY_E2E_LOOP")
+	if arg == "" {
+		t.Skip("helper process only")
+	}
+	sock, keyPath, _ := strings.Cut(arg, ",")
+	b, err := os.ReadFile(keyPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	key, err := grant.ParseKeyFile(b)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := keyd.Dial(sock)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			for {
+				res, err := c.Grant(context.Background(), key, []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find"), grant.Exp(time.Now().Unix() + 600)}, nil)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				fmt.Println(res.GrantID)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	os.Exit(0)
+}
+
+func TestE2EKill9DuringIssuing(t *testing.T) {
+	e := newE2E(t)
+	for round := 0; round < 3; round++ {
+		e.start()
+		cmd := testpeer.Helper(t, e.agent.uid, e.agent.gid, nil, "TestAgentLoopHelper", "PARLEY_E2E_LOOP="+e.sock+","+e.agentK)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		sc := bufio.NewScanner(stdout)
+		killAt := 20 + rand.IntN(100)
+		for sc.Scan() {
+			got = append(got, sc.Text())
+			if len(got) == killAt {
+				// A grant may be in flight in every possible stage.
+				e.proc.Process.Signal(syscall.SIGKILL)
+			}
+		}
+		cmd.Wait()
+		<-e.exited
+		e.proc = nil
+		if len(got) < killAt {
+			t.Fatalf("round %d: only %d grants before the helper stopped", round, len(got))
+		}
+		// Restarting recovers a torn tail; the log verifies, and it knows
+		// every grant any client received.
+		e.start()
+		e.verifyAudit()
+		known := map[string]bool{}
+		for _, r := range e.auditRecords() {
+			known[r.GrantID] = true
+		}
+		for _, id := range got {
+			if !known[id] {
+				t.Errorf("round %d: grant %s reached a client but is not in the audit log", round, id)
+			}
+		}
+		e.stop(syscall.SIGTERM)
+	}
+}
+
+func TestE2EAuditDiskFull(t *testing.T) {
+	e := newE2E(t)
+	// Move the state folder onto a tiny filesystem.
+	small := filepath.Join(e.base, "small")
+	os.Mkdir(small, 0o755)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", small).CombinedOutput(); err != nil {
+		testpeer.Unavailable(t, fmt.Sprintf("mount tmpfs: %v: %s", err, out))
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", small).Run() })
+	if out, err := exec.Command("cp", "-a", e.state, small+"/").CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	e.state = filepath.Join(small, "state")
+	e.start()
+	issue := func() result {
+		return e.try(e.agent, "parley-grant", "issue", "--key", e.agentK, "--svc", "cal.example", "--can", "calendar.*", "--exp", "30m")
+	}
+	if r := issue(); r.code != 0 {
+		t.Fatalf("issue before filling: %+v", r)
+	}
+	// Fill the filesystem to the last byte.
+	filler := filepath.Join(small, "filler")
+	exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=4k").Run()
+	// What is left of the log file's last page still takes a few records;
+	// once that is used up, every issue must be refused without a token.
+	var r result
+	for i := 0; i < 64; i++ {
+		if r = issue(); r.code != 0 {
+			break
+		}
+	}
+	if r.code == 0 || !strings.Contains(r.stderr, "audit log cannot be written") || r.stdout != "" {
+		t.Fatalf("issue on a full disk: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// The daemon is still up and answering.
+	e.as(e.agent, 0, "parley-grant", "status")
+	os.Remove(filler)
+	if r := issue(); r.code != 0 {
+		t.Fatalf("issue after space returned: %+v", r)
+	}
+	e.verifyAudit()
+}
+
+func TestE2EReloadAndTerm(t *testing.T) {
+	e := newE2E(t)
+	e.start()
+	explain := func() string {
+		return e.as(e.agent, 0, "parley-grant", "explain", "--key", e.agentK, "--svc", "cal.example", "--can", "calendar.find").stdout
+	}
+	if out := explain(); !strings.Contains(out, `rule "calendar-auto" would issue at once`) {
+		t.Fatalf("explain = %q", out)
+	}
+	waitReload := func(n int) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			c := 0
+			for _, r := range e.auditRecords() {
+				if r.Kind == "policy-reload" {
+					c++
+				}
+			}
+			if c >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no policy-reload record")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// An invalid policy changes nothing.
+	e.writeOwned(filepath.Join(e.state, "policy.toml"), "version = 1\n[[rule]]\nbogus = 1\n")
+	e.proc.Process.Signal(syscall.SIGHUP)
+	waitReload(1)
+	if out := explain(); !strings.Contains(out, "calendar-auto") {
+		t.Errorf("after a bad reload: %q", out)
+	}
+	recs := e.auditRecords()
+	if last := recs[len(recs)-1]; last.Decision != "refused" {
+		t.Errorf("reload record = %+v", last)
+	}
+	// A valid one is used for the next request.
+	e.writeOwned(filepath.Join(e.state, "policy.toml"), strings.Replace(e2ePolicy,
+		"action = \"auto\"\nsvc = [\"cal.example\"]\ncan = [\"calendar.*\"]\nmax_exp = \"1h\"",
+		"action = \"deny\"\nsvc = [\"cal.example\"]", 1))
+	e.proc.Process.Signal(syscall.SIGHUP)
+	waitReload(2)
+	recs = e.auditRecords()
+	if last := recs[len(recs)-1]; last.Decision != "loaded" {
+		t.Fatalf("reload record = %+v", last)
+	}
+	if out := explain(); !strings.Contains(out, `refused by rule "calendar-auto"`) {
+		t.Errorf("after a good reload: %q\n%+v\n%s", out, e.auditRecords(), e.stderr)
+	}
+
+	// SIGTERM answers a waiting request before the daemon exits.
+	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--key", e.agentK, "--svc", "mail.example", "--can", "mail.read")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", keyd.SocketEnv + "=" + e.sock}
+	errb := &syncBuffer{}
+	cmd.Stderr = errb
+	cmd.Start()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(errb.String(), "match code") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no waiting request: %q", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := e.stop(syscall.SIGTERM); err != nil {
+		t.Errorf("daemon exit: %v", err)
+	}
+	err := cmd.Wait()
+	if err == nil || !strings.Contains(errb.String(), "shutting down") {
+		t.Errorf("waiting agent: err %v, stderr %q", err, errb.String())
+	}
+}
