@@ -85,10 +85,6 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Code == e.Code
 }
 
-func errorf(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
 // Frame is one NDJSON frame in either direction. Requests carry Verb, replies
 // Kind and Re. Verb-specific fields sit in the same object (§2.1); unknown
 // fields are ignored. An ERROR reply carries Code, Message and optionally Fix,

@@ -88,9 +88,11 @@ func (c *conn) renderConsent(id, agent, holder, service string, p *grant.Proposa
 	var b strings.Builder
 	fmt.Fprintf(&b, "Request %s: consent to ONE action at %s\n", id, safe(service))
 	fmt.Fprintf(&b, "Asked by %s\n", c.whoLine(agent))
-	lens, err := grant.LensProposal(raw)
+	// Each service-written field is neutralized before it is placed, so a
+	// newline inside a summary cannot forge a line of the rendering.
+	lens, err := grant.DisplayProposal(raw, maxFieldDisplay)
 	if err != nil {
-		lens = fmt.Sprintf("[%s] %s (the proposal could not be rendered: %v)", p.ID, p.Summary, err)
+		lens = fmt.Sprintf("[%s] %s (the proposal could not be rendered: %v)", safe(p.ID), safe(p.Summary), err)
 	}
 	b.WriteString(lens)
 	if !strings.HasSuffix(lens, "\n") {
@@ -104,10 +106,10 @@ func (c *conn) renderConsent(id, agent, holder, service string, p *grant.Proposa
 	if p.Undo != nil {
 		undo = "within " + grant.FormatDuration(p.Undo.Window)
 	}
-	fmt.Fprintf(&b, "Cost: %s · risk: %s · undo: %s · proposal expires %s\n", cost, p.Risk, undo, c.s.relTime(p.Expires))
+	fmt.Fprintf(&b, "Cost: %s · risk: %s · undo: %s · proposal expires %s\n", safe(cost), safe(p.Risk), undo, c.s.relTime(p.Expires))
 	fmt.Fprintf(&b, "The consent lets key %s COMMIT exactly this proposal (capability %s, hash %s), nothing else.\n",
-		shortKey(holder), p.Capability, p.Hash)
-	fmt.Fprintf(&b, "Policy rule %q asks you to decide.\n", d.Rule)
+		shortKey(holder), safe(p.Capability), safe(p.Hash))
+	fmt.Fprintf(&b, "Policy rule %q asks you to decide.\n", safe(d.Rule))
 	if c.roles.Weak {
 		b.WriteString("Note: this agent's user may also approve, so an approval from that user is weak.\n")
 	}

@@ -788,3 +788,33 @@ func TestConsentMismatchNeverShown(t *testing.T) {
 		})
 	}
 }
+
+// A service-written summary with a newline must not forge a line of the
+// rendering the human approves.
+func TestConsentRenderingNeutralizesServiceText(t *testing.T) {
+	h := newHarness(t)
+	exp := time.Now().Unix() + 600
+	p := map[string]any{
+		"id": "p_x", "capability": "shop.order", "summary": "Buy one book\n  cost: 9.99 USD · risk: low\x1b[2J\u202e",
+		"effects": []any{map[string]any{"op": "charge", "target": "card\nfake", "detail": "x"}},
+		"cost":    map[string]any{"amount": 999999, "currency": "USD"}, "risk": "high", "undo": nil, "expires": exp,
+	}
+	raw, _ := json.Marshal(p)
+	hash, _ := grant.ProposalHash(raw)
+	evs := make(chan Event, 1)
+	go h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor(h.srv.Principal(), "p_x", hash, exp), raw, func(e Event) { evs <- e })
+	select {
+	case <-evs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("consent not queued")
+	}
+	text := h.srv.Pending()[0].Text
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "cost: 9.99") || strings.HasPrefix(line, "fake") {
+			t.Errorf("forged line %q in:\n%s", line, text)
+		}
+	}
+	if strings.ContainsAny(text, "\x1b\u202e") || !strings.Contains(text, "9999.99 USD") {
+		t.Errorf("rendering:\n%s", text)
+	}
+}

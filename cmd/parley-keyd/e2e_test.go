@@ -376,10 +376,10 @@ func TestE2EKeyPermissionsRefused(t *testing.T) {
 	e := newE2E(t)
 	key := filepath.Join(e.state, keyd.KeyFileName)
 	cases := []struct {
-		name  string
+		name   string
 		break_ func()
-		fix   func()
-		want  string
+		fix    func()
+		want   string
 	}{
 		{"fail/key-readable-by-others", func() { os.Chmod(key, 0o644) }, func() { os.Chmod(key, 0o600) }, "chmod"},
 		{"fail/key-owned-by-root", func() { os.Chown(key, 0, 0) }, func() { os.Chown(key, int(e.daemon.uid), int(e.daemon.gid)) }, "chown"},
