@@ -90,12 +90,23 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		return err
 	}
 	defer signer.Close()
+	if err := signer.MlockError(); err != nil {
+		logger.Printf("warning: could not lock the key in memory (it may reach swap): %v", err)
+	}
 
 	audit, err := keyd.OpenAudit(filepath.Join(state, "audit.log"))
 	if err != nil {
 		return withHint(fmt.Errorf("audit log: %w", err), "check it with: parley-keyd audit verify --state "+state)
 	}
 	defer audit.Close()
+	// The chain head goes to the journal at start and stop: a record cut from
+	// the end of the log is found by comparing with it (docs/audit.md).
+	head := audit.Head()
+	logger.Printf("audit log %s: %d records, head %s", audit.Path(), head.Seq, head.Hash)
+	defer func() {
+		head := audit.Head()
+		logger.Printf("audit log at stop: %d records, head %s", head.Seq, head.Hash)
+	}()
 
 	srv, err := keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: signer, Audit: audit, Logf: logger.Printf})
 	if err != nil {
