@@ -386,7 +386,7 @@ func checkVerb(s string) error {
 func checkKey(s string) error {
 	raw, ok := strings.CutPrefix(s, "ed25519:")
 	if !ok {
-		return fmt.Errorf("%q must start with ed25519:", s)
+		return fmt.Errorf("%q must start with \"ed25519:\"", s)
 	}
 	b, err := base64.RawURLEncoding.Strict().DecodeString(raw)
 	if err != nil || len(b) != 32 {

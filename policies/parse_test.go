@@ -39,7 +39,7 @@ func TestParseErrors(t *testing.T) {
 		{"fail/agent-user-twice", "[[agent]]\nname = \"a\"\nuser = [\"x\",\n\"x\"]", 4, "twice"},
 		{"fail/agent-exe-relative", "[[agent]]\nname = \"a\"\nexe = [\"bin/x\"]", 3, "absolute path"},
 		{"fail/agent-exe-star-inside", "[[agent]]\nname = \"a\"\nexe = [\"/bin/*/x\"]", 3, "not a pattern"},
-		{"fail/agent-key-bad", "[[agent]]\nname = \"a\"\nkey = [\"ssh-ed25519 AAAA\"]", 3, "must start with ed25519:"},
+		{"fail/agent-key-bad", "[[agent]]\nname = \"a\"\nkey = [\"ssh-ed25519 AAAA\"]", 3, `must start with "ed25519:"`},
 		{"fail/agent-key-short", "[[agent]]\nname = \"a\"\nkey = [\"ed25519:AAAA\"]", 3, "43 base64url"},
 		{"fail/agent-rate-zero", base + "rate = 0", 4, "rate must be between 1"},
 		{"fail/agent-pending-negative", base + "pending = -1", 4, "pending must be between 0"},

@@ -16,18 +16,6 @@ const (
 	Deny Action = "deny" // refuse
 )
 
-// rank orders actions from the least to the most restrictive.
-func (a Action) rank() int {
-	switch a {
-	case Auto:
-		return 0
-	case Ask:
-		return 1
-	default:
-		return 2
-	}
-}
-
 // Channel is a way for the human to approve a request.
 type Channel string
 
