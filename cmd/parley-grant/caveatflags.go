@@ -249,6 +249,9 @@ func parseDuration(s string) (time.Duration, error) {
 		if err != nil {
 			return 0, fmt.Errorf("duration %q: too long", orig)
 		}
+		if s[i] == '.' {
+			return 0, fmt.Errorf("duration %q: whole numbers only, such as 90m rather than 1.5h", orig)
+		}
 		u := -1
 		for j, unit := range units {
 			if rune(s[i]) == unit.c {

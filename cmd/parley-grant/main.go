@@ -114,6 +114,9 @@ Stdout carries only the result; messages go to stderr. Exit codes:
 		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		return usagef("run parley-grant --help for the commands", "no command given")
+	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usage(err, "run "+c.CommandPath()+" --help for its flags")
 	})
