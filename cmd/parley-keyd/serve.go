@@ -180,10 +180,8 @@ func listen(cfg *keyd.Config) (net.Listener, error) {
 		return nil, fmt.Errorf("socket activation: %w", err)
 	}
 	for _, ln := range lns {
-		if ln != nil {
-			if _, ok := ln.(*net.UnixListener); ok {
-				return ln, nil
-			}
+		if _, ok := ln.(*net.UnixListener); ok {
+			return ln, nil
 		}
 	}
 	path := cfg.Socket
