@@ -220,9 +220,11 @@ func fitRule(u *rule, r Request) fit {
 		life := u.defaultExp
 		if life == 0 {
 			life = min(DefaultLifetime, maxLife)
+			f.added = append(f.added, fmt.Sprintf("expiry set to %s, the default lifetime", fmtDur(life)))
+		} else {
+			f.added = append(f.added, fmt.Sprintf("expiry set to %s, the default of %s", fmtDur(life), name))
 		}
 		g.Exp = r.Now + life
-		f.added = append(f.added, fmt.Sprintf("expiry set to %s, the default of %s", fmtDur(life), name))
 	case r.Exp-r.Now > maxLife:
 		g.Exp = r.Now + maxLife
 		f.exceeded = append(f.exceeded, fmt.Sprintf("the requested lifetime of %s exceeds the %s of %s, %s", fmtDur(r.Exp-r.Now), capName, name, fmtDur(maxLife)))
