@@ -252,14 +252,18 @@ func parseDuration(s string) (time.Duration, error) {
 		if s[i] == '.' {
 			return 0, fmt.Errorf("duration %q: whole numbers only, such as 90m rather than 1.5h", orig)
 		}
+		end := i + 1
+		for end < len(s) && (s[end] < '0' || s[end] > '9') {
+			end++
+		}
 		u := -1
 		for j, unit := range units {
-			if rune(s[i]) == unit.c {
+			if end == i+1 && rune(s[i]) == unit.c {
 				u = j
 			}
 		}
 		if u < 0 {
-			return 0, fmt.Errorf("duration %q: unknown unit %q (want d, h, m or s)", orig, s[i:i+1])
+			return 0, fmt.Errorf("duration %q: unknown unit %q (want d, h, m or s)", orig, s[i:end])
 		}
 		if u <= last {
 			return 0, fmt.Errorf("duration %q: units must go from largest to smallest, each once", orig)

@@ -32,7 +32,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -77,16 +76,8 @@ func run() (code int) {
 }
 
 // report writes err to stderr, with its hint, and returns its exit code.
-// An error already reported (see reported) is only mapped to its code.
 func report(stderr io.Writer, err error) int {
-	var ee *exitError
-	if !errors.As(err, &ee) {
-		ee = &exitError{code: exitFail, err: err}
-		if isCobraUsage(err) {
-			ee.code = exitUsage
-			ee.hint = "run parley-grant --help for the commands and their flags"
-		}
-	}
+	ee := asExitError(err)
 	if !ee.quiet {
 		fmt.Fprintf(stderr, "parley-grant: %s\n", oneLine(ee.Error()))
 		if ee.hint != "" {

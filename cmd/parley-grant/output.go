@@ -49,6 +49,25 @@ func usagef(hint, format string, args ...any) error {
 	return usage(fmt.Errorf(format, args...), hint)
 }
 
+// asExitError returns err as an *exitError: itself, or a failure (exit
+// code 1), or a usage error (exit code 2) for cobra's complaints about the
+// command line.
+func asExitError(err error) *exitError {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee
+	}
+	ee = &exitError{code: exitFail, err: err}
+	if isCobraUsage(err) {
+		ee.code = exitUsage
+		ee.hint = "run parley-grant --help for the commands and their flags"
+	}
+	return ee
+}
+
+// exitCodeFor returns the exit code that run gives err.
+func exitCodeFor(err error) int { return asExitError(err).code }
+
 // exitCodeOf returns the exit code for a grant error code (§7).
 func exitCodeOf(c grant.Code) int {
 	switch c {
