@@ -405,50 +405,59 @@ func blockExpiry(b *Block) (int64, bool) {
 // before it, and each prev names the block before it. It checks no caveat
 // and no trust in the issuer. Its errors are *Error with CodeUnauthorized.
 func (t *Token) CheckChain() error {
+	_, err := t.checkChain()
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkChain is CheckChain that also returns the block ids it computed.
+func (t *Token) checkChain() ([]string, *Error) {
 	if len(t.Blocks) == 0 {
-		return newError(CodeUnauthorized, "grant has no blocks")
+		return nil, newError(CodeUnauthorized, "grant has no blocks")
 	}
 	if len(t.Blocks) > MaxBlocks {
-		return newError(CodeUnauthorized, "grant has too many blocks")
+		return nil, newError(CodeUnauthorized, "grant has too many blocks")
 	}
-	var prevID string
+	ids := make([]string, len(t.Blocks))
 	var signer ed25519.PublicKey
 	for i := range t.Blocks {
 		b := &t.Blocks[i]
 		var keyText string
 		if i == 0 {
 			if b.Payload.Prev != "" {
-				return newError(CodeUnauthorized, "root block has a prev")
+				return nil, newError(CodeUnauthorized, "root block has a prev")
 			}
 			keyText = b.Payload.Iss
 		} else {
 			if b.Payload.Iss != "" || b.Payload.Nonce != "" {
-				return newError(CodeUnauthorized, fmt.Sprintf("block %d has an iss or nonce", i))
+				return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d has an iss or nonce", i))
 			}
 			// Without this link a block could be moved under another
 			// chain whose holder happens to have the same key.
-			if b.Payload.Prev != prevID {
-				return newError(CodeUnauthorized, fmt.Sprintf("block %d: prev does not name block %d", i, i-1))
+			if b.Payload.Prev != ids[i-1] {
+				return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: prev does not name block %d", i, i-1))
 			}
 			keyText = t.Blocks[i-1].Payload.Sub
 		}
 		var err error
 		if signer, err = ParsePublicKey(keyText); err != nil {
-			return newError(CodeUnauthorized, fmt.Sprintf("block %d: signer: %v", i, err))
+			return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: signer: %v", i, err))
 		}
 		msg, err := b.payloadBytes(i == 0)
 		if err != nil {
-			return newError(CodeUnauthorized, fmt.Sprintf("block %d: %v", i, err))
+			return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: %v", i, err))
 		}
 		if len(b.Sig) != ed25519.SignatureSize || !ed25519.Verify(signer, msg, b.Sig) {
-			return newError(CodeUnauthorized, fmt.Sprintf("block %d: bad signature", i))
+			return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: bad signature", i))
 		}
-		prevID = b.ID()
+		ids[i] = b.ID()
 	}
 	if _, err := ParsePublicKey(t.Holder()); err != nil {
-		return newError(CodeUnauthorized, fmt.Sprintf("holder: %v", err))
+		return nil, newError(CodeUnauthorized, fmt.Sprintf("holder: %v", err))
 	}
-	return nil
+	return ids, nil
 }
 
 // NewNonce returns 16 bytes from rand in b64url, for a root block's nonce.

@@ -147,20 +147,20 @@ func verifyOne(s string, trusted []string, ctx *Context) (*Result, *Error) {
 	if ctx.ProofKey == "" || t.Holder() != ctx.ProofKey {
 		return nil, newError(CodeUnauthorized, "the proof key does not hold the grant")
 	}
-	if err := t.CheckChain(); err != nil {
-		return nil, err.(*Error)
+	ids, e := t.checkChain()
+	if e != nil {
+		return nil, e
 	}
 	var hard, soft []Caveat
 	var spendBlocks []string
 	for i := range t.Blocks {
-		b := &t.Blocks[i]
-		var id string
-		for _, c := range b.Payload.Caveats {
-			if c.Name == CaveatSpend && id == "" {
-				id = b.ID()
-				spendBlocks = append(spendBlocks, id)
+		counted := false
+		for _, c := range t.Blocks[i].Payload.Caveats {
+			if c.Name == CaveatSpend && !counted {
+				counted = true
+				spendBlocks = append(spendBlocks, ids[i])
 			}
-			switch evalCaveat(c, ctx, id) {
+			switch evalCaveat(c, ctx, ids[i]) {
 			case failHard:
 				hard = append(hard, c)
 			case failSoft:
@@ -190,7 +190,7 @@ func verifyOne(s string, trusted []string, ctx *Context) (*Result, *Error) {
 			Principal: iss,
 		}
 	}
-	return &Result{GrantID: t.ID(), Holder: t.Holder(), Issuer: iss, SpendBlocks: spendBlocks}, nil
+	return &Result{GrantID: ids[0], Holder: t.Holder(), Issuer: iss, SpendBlocks: spendBlocks}, nil
 }
 
 type outcome int
