@@ -1,7 +1,7 @@
 # parley-keyd build, test and install.
 #   make build     binaries into ./bin
 #   make test      every test, with the race detector, plus gofmt, vet and staticcheck
-#   make demo      the quickstart: a daemon on a local state folder, terminal approval
+#   make demo      the quickstart: a daemon on ./demo-state, terminal approval
 #   make install   binaries, systemd units, sysusers/tmpfiles (honours DESTDIR and PREFIX)
 
 GO          ?= go
@@ -30,8 +30,8 @@ unit:
 
 test: lint unit
 
-demo: build
-	./scripts/demo.sh
+demo:
+	$(GO) run ./cmd/parley-keyd demo
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./grant/
