@@ -125,12 +125,6 @@ func (c Caveat) Known() bool {
 	return false
 }
 
-// soft reports whether a failure of c asks for consent rather than being a
-// hard refusal (§6.6): per, spend and risk.
-func (c Caveat) soft() bool {
-	return c.Name == CaveatPer || c.Name == CaveatSpend || c.Name == CaveatRisk
-}
-
 // Check returns nil when c is a known kind with a well-formed, canonical
 // value (§6.3): svc, verbs and can take arrays of strings; exp and nbf
 // integers; per and spend {"currency": string, "max": int} and nothing

@@ -54,4 +54,12 @@
 // consent request must pass before it is ever shown to a human: the
 // proposal the agent received hashes to the consent's hash and matches its
 // id, service and capability, and has not expired.
+//
+// # Lens and display
+//
+// LensReply, LensValue and LensProposal render replies and values as the
+// deterministic Lens text of §9, Estimate counts tokens as in §8, and
+// DisplayReply, DisplayProposal, SafeText and SafeLines neutralize
+// untrusted text (control characters, bidi overrides, zero-width
+// characters, terminal escapes) before a human sees it.
 package grant

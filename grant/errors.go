@@ -42,6 +42,8 @@ type Error struct {
 	Principal string
 }
 
+var _ error = (*Error)(nil)
+
 // Error returns the code and the message.
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
