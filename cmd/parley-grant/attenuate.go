@@ -243,13 +243,11 @@ func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64) []string {
 			}
 		case grant.CaveatOnly:
 			s, _ := c.Text()
-			for _, h := range l.only {
-				if h == s {
-					out = append(out, "--only narrows nothing: the grant already commits only that proposal")
-				} else {
-					out = append(out, fmt.Sprintf("--only %s: the grant commits only the proposal %s, so no COMMIT can pass both", s, h))
-				}
-				break
+			switch {
+			case slices.Contains(l.only, s):
+				out = append(out, "--only narrows nothing: the grant already commits only that proposal")
+			case len(l.only) > 0:
+				out = append(out, fmt.Sprintf("--only %s: the grant commits only the proposal %s, so no COMMIT can pass both", s, l.only[0]))
 			}
 		}
 	}

@@ -49,12 +49,6 @@ func (f *caveatFlags) register(fs *pflag.FlagSet, withOnly bool) {
 	}
 }
 
-// empty reports whether no caveat flag was given.
-func (f *caveatFlags) empty() bool {
-	return f.svc == nil && f.verbs == nil && f.can == nil && f.exp == "" && f.nbf == "" &&
-		f.per == "" && f.spend == "" && f.risk == "" && f.only == ""
-}
-
 // caveats returns the caveats the flags ask for, in the order svc, verbs,
 // can, nbf, exp, per, spend, risk, only. Relative times count from now.
 // Every caveat it returns passes grant.Caveat.Check. Its errors are usage

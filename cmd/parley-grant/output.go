@@ -191,30 +191,30 @@ func readToken(arg string) (string, error) {
 func decodeToken(tok string) (*grant.Token, error) {
 	t, err := grant.Decode(tok)
 	if err != nil {
-		err, hint := explainDecode(tok, err)
-		return nil, fail(err, hint)
+		hint, better := explainDecode(tok, err)
+		return nil, fail(better, hint)
 	}
 	return t, nil
 }
 
-// explainDecode returns a clearer error than err, the error grant.Decode
-// returned for tok, where one can be given, and a hint.
-func explainDecode(tok string, err error) (error, string) {
+// explainDecode returns a hint and an error for tok that is clearer than
+// err, the error grant.Decode returned for it, where one can be given.
+func explainDecode(tok string, err error) (hint string, better error) {
 	body, hasPrefix := strings.CutPrefix(tok, grant.TokenPrefix)
 	switch {
 	case tok == "":
-		return errors.New("empty grant token"), ""
+		return "", errors.New("empty grant token")
 	case !hasPrefix:
-		return err, "a grant token starts with " + grant.TokenPrefix
+		return "a grant token starts with " + grant.TokenPrefix, err
 	case len(tok) <= grant.MaxTokenLen:
 		// Decode names the first thing it cannot read; for a token cut
 		// short by a copy and paste, say so instead.
 		if raw, b64err := base64.RawURLEncoding.DecodeString(body); b64err == nil && len(raw) > 0 && !json.Valid(raw) {
-			return fmt.Errorf("%w: its JSON ends early or is broken (was the token cut short?)", grant.ErrMalformedToken),
-				"copy the whole token: it is one line starting with " + grant.TokenPrefix
+			return "copy the whole token: it is one line starting with " + grant.TokenPrefix,
+				fmt.Errorf("%w: its JSON ends early or is broken (was the token cut short?)", grant.ErrMalformedToken)
 		}
 	}
-	return err, ""
+	return "", err
 }
 
 func sizeWords(n int64) string {

@@ -154,7 +154,7 @@ func runVerify(f *verifyFlags, args []string) error {
 		if len(tokens) == 1 {
 			if t, err := grant.Decode(tokens[0]); err == nil {
 				v.GrantID, v.Holder, v.Issuer = t.ID(), t.Holder(), t.Issuer()
-			} else if better, _ := explainDecode(tokens[0], err); better != err {
+			} else if _, better := explainDecode(tokens[0], err); better != err {
 				v.Message = better.Error()
 			}
 		}
@@ -209,9 +209,7 @@ func verifyTokens(args []string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range strings.Fields(string(data)) {
-			out = append(out, f)
-		}
+		out = append(out, strings.Fields(string(data))...)
 	}
 	if len(out) == 0 {
 		return nil, fail(errors.New("no token given"), "")
