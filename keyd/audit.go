@@ -55,6 +55,10 @@ const (
 // ErrAuditClosed is returned by Append after Close.
 var ErrAuditClosed = errors.New("audit log is closed")
 
+// ErrAuditInUse is returned by OpenAudit when another process, such as a
+// second daemon on the same state folder, holds the log.
+var ErrAuditInUse = errors.New("in use by another process")
+
 // AuditRecord is one line of the audit log. Seq, Prev and Time are filled in
 // by AuditLog.Append; whatever the caller puts there is overwritten.
 //
@@ -210,7 +214,7 @@ func OpenAudit(path string) (*AuditLog, error) {
 func auditOpenFile(path string, f *os.File, created bool) (*AuditLog, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("audit log %s is in use by another process", path)
+			return nil, fmt.Errorf("audit log %s: %w", path, ErrAuditInUse)
 		}
 		return nil, fmt.Errorf("lock audit log %s: %w", path, err)
 	}

@@ -626,3 +626,87 @@ func TestE2EReloadAndTerm(t *testing.T) {
 		t.Errorf("waiting agent: err %v, stderr %q", err, errb.String())
 	}
 }
+
+func TestE2EStaleSocket(t *testing.T) {
+	e := newE2E(t)
+	e.start()
+	// A second daemon on the same state folder refuses: the audit log is held.
+	r := e.try(e.daemon, "parley-keyd", "serve", "--state", e.state)
+	if r.code == 0 || !strings.Contains(r.stderr, "another parley-keyd already runs on") {
+		t.Fatalf("second daemon, same state: exit %d, %q", r.code, r.stderr)
+	}
+	// A second daemon with its own state but the same socket refuses too: a
+	// live daemon answers there.
+	state2 := filepath.Join(e.base, "state2")
+	os.Mkdir(state2, 0o700)
+	os.Chown(state2, int(e.daemon.uid), int(e.daemon.gid))
+	e.as(e.daemon, 0, "parley-keyd", "init", "--state", state2, "--socket", e.sock, "--agent-user", "parley-test-agent")
+	r = e.try(e.daemon, "parley-keyd", "serve", "--state", state2)
+	if r.code == 0 || !strings.Contains(r.stderr, "another daemon is already answering") {
+		t.Fatalf("second daemon, same socket: exit %d, %q", r.code, r.stderr)
+	}
+	// A daemon killed outright leaves its socket file behind; the next start
+	// finds nothing answering there and replaces it.
+	e.proc.Process.Signal(syscall.SIGKILL)
+	<-e.exited
+	e.proc = nil
+	if _, err := os.Lstat(e.sock); err != nil {
+		t.Fatalf("expected a stale socket file: %v", err)
+	}
+	e.start()
+	e.as(e.agent, 0, "parley-grant", "status")
+	// A file that is not a socket is never removed.
+	e.stop(syscall.SIGTERM)
+	os.Remove(e.sock)
+	os.WriteFile(e.sock, []byte("precious"), 0o644)
+	r = e.try(e.daemon, "parley-keyd", "serve", "--state", e.state)
+	if r.code == 0 || !strings.Contains(r.stderr, "is not a socket") {
+		t.Fatalf("serve over a regular file: exit %d, %q", r.code, r.stderr)
+	}
+	if b, _ := os.ReadFile(e.sock); string(b) != "precious" {
+		t.Error("the regular file was replaced")
+	}
+}
+
+func TestE2ESocketActivation(t *testing.T) {
+	e := newE2E(t)
+	act, err := exec.LookPath("systemd-socket-activate")
+	if err != nil {
+		testpeer.Unavailable(t, "needs systemd-socket-activate (Debian package systemd)")
+	}
+	// systemd-socket-activate binds the socket as root and passes it to the
+	// daemon, which runs as its own user via setpriv, as under systemd.
+	actSock := filepath.Join(e.base, "run", "activated.sock")
+	cmd := exec.Command(act, "-l", actSock, "--",
+		"/usr/bin/setpriv", fmt.Sprintf("--reuid=%d", e.daemon.uid), fmt.Sprintf("--regid=%d", e.daemon.gid), "--clear-groups",
+		filepath.Join(e.bin, "parley-keyd"), "serve", "--state", e.state)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	errb := &syncBuffer{}
+	cmd.Stderr = errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := os.Stat(actSock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no activated socket: %s", errb)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	os.Chmod(actSock, 0o666)
+	r := e.try(e.agent, "parley-grant", "--socket", actSock, "status")
+	if r.code != 0 || !strings.Contains(r.stdout, "principal: ed25519:") {
+		t.Fatalf("status over the activated socket: %+v\n%s", r, errb)
+	}
+	// The daemon used the socket it was given, not the configured one.
+	if !strings.Contains(errb.String(), "listening on "+actSock) {
+		t.Errorf("daemon log: %s", errb)
+	}
+	if _, err := os.Stat(e.sock); err == nil {
+		t.Error("the daemon also created the configured socket")
+	}
+}

@@ -95,6 +95,9 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	}
 
 	audit, err := keyd.OpenAudit(filepath.Join(state, "audit.log"))
+	if errors.Is(err, keyd.ErrAuditInUse) {
+		return withHint(err, "another parley-keyd already runs on "+state+"; stop it first")
+	}
 	if err != nil {
 		return withHint(fmt.Errorf("audit log: %w", err), "check it with: parley-keyd audit verify --state "+state)
 	}
