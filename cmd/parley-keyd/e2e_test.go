@@ -328,8 +328,9 @@ var codeLine = regexp.MustCompile(`waiting for approval of (r_[a-z0-9]+).*\n.*ma
 func TestE2EApprovalByAnotherUser(t *testing.T) {
 	e := newE2E(t)
 	e.start()
-	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--key", e.agentK, "--can", "mail.read")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", keyd.SocketEnv + "=" + e.sock}
+	// Exactly the command of the brief; the key comes from PARLEY_AGENT_KEY.
+	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--can", "calendar.*", "--exp", "1h")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", keyd.SocketEnv + "=" + e.sock, "PARLEY_AGENT_KEY=" + e.agentK}
 	var out bytes.Buffer
 	errb := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = &out, errb
@@ -349,7 +350,7 @@ func TestE2EApprovalByAnotherUser(t *testing.T) {
 	}
 	id, code := m[1], m[2]
 	r := e.as(e.human, 0, "parley-grant", "pending")
-	if !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "mail.read") || strings.Contains(r.stdout, "match code") {
+	if !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "calendar.*") || strings.Contains(r.stdout, "match code") {
 		t.Errorf("pending = %q", r.stdout)
 	}
 	e.as(e.human, 0, "parley-grant", "approve", id, "--code", code)
@@ -361,8 +362,12 @@ func TestE2EApprovalByAnotherUser(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("issue did not return")
 	}
-	if _, err := grant.Decode(strings.TrimSpace(out.String())); err != nil {
+	tok, err := grant.Decode(strings.TrimSpace(out.String()))
+	if err != nil {
 		t.Fatalf("token %q: %v", out.String(), err)
+	}
+	if exp, _ := tok.Expiry(); exp > time.Now().Unix()+3600 || exp < time.Now().Unix()+3500 {
+		t.Errorf("expiry %d, want an hour from now", exp)
 	}
 	recs := e.auditRecords()
 	last := recs[len(recs)-1]
