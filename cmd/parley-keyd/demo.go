@@ -62,7 +62,7 @@ func runDemo(state string, yes bool) error {
 	}
 	pub, err := keyd.InitState(state, nil)
 	switch {
-	case errors.Is(err, fs.ErrExist):
+	case errors.Is(err, keyd.ErrKeyExists), errors.Is(err, fs.ErrExist):
 		fmt.Printf("Reusing the demo state folder %s\n", state)
 	case err != nil:
 		return err

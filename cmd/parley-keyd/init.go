@@ -36,7 +36,7 @@ trust. It never overwrites an existing key.`,
 			}
 			pub, err := keyd.InitState(state, pass)
 			if err != nil {
-				if errors.Is(err, fs.ErrExist) {
+				if errors.Is(err, keyd.ErrKeyExists) || errors.Is(err, fs.ErrExist) {
 					return withHint(err, "the principal key exists already; print it with: parley-keyd pubkey --state "+state)
 				}
 				return err
