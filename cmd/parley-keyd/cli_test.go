@@ -140,3 +140,26 @@ func TestCLIAuditVerifyAndShow(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIDemo runs the README's quickstart command, twice: the second run
+// reuses the state folder.
+func TestCLIDemo(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "demo-state")
+	for run := 0; run < 2; run++ {
+		r := keydCmd(t, "demo", "--state", state)
+		if r.code != 0 {
+			t.Fatalf("demo run %d: %+v", run, r)
+		}
+		for _, want := range []string{
+			`issued by rule "demo-calendar"`,
+			"match code", "entering the code", "approved by",
+			"sub-agent ASK    mail.read: authorized",
+			"sub-agent COMMIT mail.read: refused: forbidden",
+			"audit log verifies",
+		} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("demo run %d lacks %q:\n%s", run, want, r.stdout)
+			}
+		}
+	}
+}
