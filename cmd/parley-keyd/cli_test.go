@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // keydCmd runs the real parley-keyd binary as the current user.
@@ -161,5 +163,55 @@ func TestCLIDemo(t *testing.T) {
 				t.Errorf("demo run %d lacks %q:\n%s", run, want, r.stdout)
 			}
 		}
+	}
+}
+
+func TestCLIEncryptedKey(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	pass := filepath.Join(dir, "pass")
+	os.WriteFile(pass, []byte("correct horse battery staple\n"), 0o600)
+	wrong := filepath.Join(dir, "wrong")
+	os.WriteFile(wrong, []byte("Tr0ub4dor&3\n"), 0o600)
+	sock := filepath.Join(dir, "s.sock")
+	if r := keydCmd(t, "init", "--state", state, "--socket", sock, "--agent-user", "bot", "--passphrase-file", pass); r.code != 0 {
+		t.Fatalf("init: %+v", r)
+	}
+	key, _ := os.ReadFile(filepath.Join(state, "principal.key"))
+	if bytes.Contains(key, []byte("PARLEY-PRINCIPAL-KEY")) {
+		t.Fatal("the key is stored in the clear")
+	}
+	// pubkey needs no passphrase.
+	if r := keydCmd(t, "pubkey", "--state", state); r.code != 0 || !strings.HasPrefix(r.stdout, "ed25519:") {
+		t.Errorf("pubkey: %+v", r)
+	}
+	if r := keydCmd(t, "serve", "--state", state, "--passphrase-file", wrong); r.code == 0 || !strings.Contains(r.stderr, "passphrase") {
+		t.Errorf("serve with a wrong passphrase: %+v", r)
+	}
+	if r := keydCmd(t, "serve", "--state", state); r.code == 0 || !strings.Contains(r.stderr, "--passphrase-file") {
+		t.Errorf("serve without a passphrase and no terminal: %+v", r)
+	}
+	cmd := exec.Command(filepath.Join(binaries(t), "parley-keyd"), "serve", "--state", state, "--passphrase-file", pass)
+	var errb syncBuffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	waitForSocket(t, sock, &errb)
+}
+
+func waitForSocket(t *testing.T, sock string, log *syncBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not accept on %s:\n%s", sock, log)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
