@@ -102,11 +102,7 @@ func (c *conn) renderConsent(id, agent, holder, service string, p *grant.Proposa
 	if p.Cost != nil {
 		cost = grant.FormatMoney(p.Cost.Amount, p.Cost.Currency)
 	}
-	undo := "never"
-	if p.Undo != nil {
-		undo = "within " + grant.FormatDuration(p.Undo.Window)
-	}
-	fmt.Fprintf(&b, "Cost: %s · risk: %s · undo: %s · proposal expires %s\n", safe(cost), safe(p.Risk), undo, c.s.relTime(p.Expires))
+	fmt.Fprintf(&b, "The proposal expires %s.\n", c.s.relTime(p.Expires))
 	fmt.Fprintf(&b, "The consent lets key %s COMMIT exactly this proposal (capability %s, hash %s), nothing else.\n",
 		shortKey(holder), safe(p.Capability), safe(p.Hash))
 	fmt.Fprintf(&b, "Policy rule %q asks you to decide.\n", safe(d.Rule))
