@@ -402,9 +402,18 @@ func (s *Session) Choose(t testing.TB, key string) []string {
 	if err := os.WriteFile(filepath.Join(s.Dir, "want"), []byte(key), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s.Dunstctl(t, "context")
 	deadline := time.Now().Add(Wait)
+	var asked time.Time
 	for {
+		// dunst refuses to open a menu while its previous one is still
+		// finishing (after the script has written its file), and says
+		// so only in its log: ask again until the script runs. Only one
+		// request can succeed before the file appears, since dunst
+		// refuses the others while the menu runs.
+		if time.Since(asked) > 200*time.Millisecond {
+			s.Dunstctl(t, "context")
+			asked = time.Now()
+		}
 		b, err := os.ReadFile(menu)
 		if err == nil {
 			return strings.FieldsFunc(string(b), func(r rune) bool { return r == '\n' })
