@@ -95,18 +95,16 @@ type Desktop struct {
 }
 
 // DialDesktop connects to the bus at address, or to the session bus when
-// address is empty, and returns a Desktop on that connection. Close closes
-// the connection.
+// address is empty (see SessionBusAddress), and returns a Desktop on that
+// connection. Close closes the connection.
 func DialDesktop(address string) (*Desktop, error) {
-	var (
-		conn *dbus.Conn
-		err  error
-	)
 	if address == "" {
-		conn, err = dbus.ConnectSessionBus()
-	} else {
-		conn, err = dbus.Connect(address)
+		var err error
+		if address, err = SessionBusAddress(); err != nil {
+			return nil, err
+		}
 	}
+	conn, err := dbus.Connect(address)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the session bus: %w", err)
 	}
@@ -116,6 +114,23 @@ func DialDesktop(address string) (*Desktop, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// SessionBusAddress returns the session bus of the desktop session this
+// process runs in: $DBUS_SESSION_BUS_ADDRESS, else the systemd user bus at
+// $XDG_RUNTIME_DIR/bus. Unlike godbus it never starts a bus of its own
+// (dbus-launch): a new bus would have no notification server and no human.
+func SessionBusAddress() (string, error) {
+	if a := os.Getenv("DBUS_SESSION_BUS_ADDRESS"); a != "" {
+		return a, nil
+	}
+	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
+		p := filepath.Join(dir, "bus")
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Type() == os.ModeSocket {
+			return "unix:path=" + dbus.EscapeBusAddressValue(p), nil
+		}
+	}
+	return "", errors.New("no session bus: neither DBUS_SESSION_BUS_ADDRESS nor $XDG_RUNTIME_DIR/bus is set")
 }
 
 // NewDesktop returns a Desktop on conn. It asks the notification server for

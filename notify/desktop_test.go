@@ -948,3 +948,36 @@ func TestDesktopStrongApprover(t *testing.T) {
 		t.Errorf("a strong approver's notification says it is weak: %q", h.Body)
 	}
 }
+
+func TestSessionBusAddress(t *testing.T) {
+	withBus := t.TempDir()
+	ln, err := net.Listen("unix", filepath.Join(withBus, "bus"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tests := []struct {
+		name, env, runtime, want string
+	}{
+		{"ok/environment", "unix:path=/run/x/bus", withBus, "unix:path=/run/x/bus"},
+		{"ok/user-bus", "", withBus, "unix:path=" + filepath.Join(withBus, "bus")},
+		{"fail/no-bus-socket", "", t.TempDir(), ""},
+		{"fail/nothing", "", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("DBUS_SESSION_BUS_ADDRESS", tt.env)
+			t.Setenv("XDG_RUNTIME_DIR", tt.runtime)
+			got, err := notify.SessionBusAddress()
+			if tt.want == "" {
+				if err == nil {
+					t.Fatalf("got %q, want an error (never a bus of its own)", got)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("got %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
