@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/notify"
+)
+
+func newApproverCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "approver",
+		Short: "Show requests waiting for you as desktop notifications (run it in your desktop session)",
+		Long: `approver runs in your desktop session (the parley-grant-approver user unit
+starts it) and shows every request routed to the desktop as a notification.
+Its buttons are three codes and Deny: choose the code that the requesting
+terminal shows. A wrong code denies the request. Dismissing the notification
+leaves the request waiting for the other channels; a request decided
+anywhere else loses its notification.
+
+When your user may also act as an agent, approvals from here are weak: the
+notifications say so, and requests that need a strong channel are not shown.
+
+approver keeps running while the daemon restarts, and stops when the
+session bus goes away or on Ctrl-C.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := interruptible()
+			defer stop()
+			return runApprover(ctx)
+		},
+	}
+}
+
+func approverLogf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "parley-grant: "+format+"\n", args...)
+}
+
+func runApprover(ctx context.Context) error {
+	desk, err := notify.DialDesktop("")
+	if err != nil {
+		return fail(err, "run it inside your desktop session, where DBUS_SESSION_BUS_ADDRESS is set and a notification server runs")
+	}
+	defer desk.Close()
+	// QR images of phone links live in a folder only this user can read.
+	qrDir, err := os.MkdirTemp(os.Getenv("XDG_RUNTIME_DIR"), "parley-approver-")
+	if err != nil {
+		return fail(fmt.Errorf("make a folder for QR images: %w", err), "")
+	}
+	defer os.RemoveAll(qrDir)
+
+	path := keyd.SocketPath(socketFlag)
+	backoff := time.Second
+	waiting := false // said that the daemon is not running
+	for {
+		c, err := keyd.Dial(path)
+		if err != nil {
+			if !errors.Is(err, keyd.ErrNotRunning) {
+				return dialDaemonError(err)
+			}
+			// The daemon may start after the session, or be
+			// restarting: wait for it rather than give up.
+			if !waiting {
+				approverLogf("%v; waiting for it", err)
+				waiting = true
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		waiting = false
+		began := time.Now()
+		err = watchOnce(ctx, c, desk, qrDir)
+		c.Close()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			return err
+		}
+		// A connection that ends at once (the daemon at its connection
+		// limit, say) must not make this a busy loop.
+		if time.Since(began) > time.Minute {
+			backoff = time.Second
+		}
+		approverLogf("the connection to parley-keyd ended; reconnecting in %s", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// watchOnce shows requests from one connection to the daemon until it ends.
+// It returns nil when the daemon went away (reconnect) and an error when
+// approving from here cannot work (stop).
+func watchOnce(ctx context.Context, c *keyd.Client, desk *notify.Desktop, qrDir string) error {
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	man, err := c.Hello(hctx)
+	cancel()
+	if err != nil {
+		return fatalDaemonError(err)
+	}
+	if man.Caller.Weak {
+		approverLogf("approvals from user %s are weak: an agent may run as this user too, so requests that need a strong channel are not shown here", man.Caller.User)
+	}
+	a := notify.NewApprover(c, desk, notify.ApproverOptions{Weak: man.Caller.Weak, QRDir: qrDir, Logf: approverLogf})
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	go func() {
+		runErr <- a.Run(runCtx)
+		stop() // the session bus went away: stop watching too
+	}()
+	approverLogf("showing requests for user %s from %s", man.Caller.User, keyd.SocketPath(socketFlag))
+	werr := c.Watch(runCtx, a.Pending, a.Ended)
+	stop()
+	if rerr := <-runErr; rerr != nil && !errors.Is(rerr, context.Canceled) {
+		return fail(rerr, "the desktop session ended; the user unit starts the approver again with the next session")
+	}
+	if werr != nil && ctx.Err() == nil {
+		return fatalDaemonError(werr)
+	}
+	return nil
+}
+
+// fatalDaemonError returns err when the daemon refused this user (no point
+// in reconnecting), or nil for a lost connection (reconnect).
+func fatalDaemonError(err error) error {
+	var e *keyd.Error
+	if errors.As(err, &e) && (e.Code == keyd.CodeUnauthorized || e.Code == keyd.CodeForbidden) {
+		ee := daemonError(err).(*exitError)
+		if ee.hint == "" {
+			ee.hint = "an admin adds your user to access.approver_users in the daemon's configuration"
+		}
+		return ee
+	}
+	return nil
+}
+
+// dialDaemonError explains a connection failure other than "not running".
+func dialDaemonError(err error) error {
+	if errors.Is(err, keyd.ErrPermission) {
+		return &exitError{code: exitNoDaemon, err: err,
+			hint: "an admin adds you to the socket's group or to access.approver_users"}
+	}
+	return &exitError{code: exitNoDaemon, err: fmt.Errorf("cannot reach parley-keyd: %w", err)}
+}
