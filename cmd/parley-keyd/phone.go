@@ -1,9 +1,24 @@
 package main
 
-import "github.com/parley-keyd/parley-keyd/keyd"
+import (
+	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/notify"
+)
 
-// startPhone starts the phone page when the configuration enables it.
-// Placeholder: the phone page's own change replaces this file.
+// startPhone starts the phone page when the configuration enables it
+// ([phone] listen), making its certificate in the state folder on first
+// start. The page reads paired devices from the state folder at every
+// request, so `parley-keyd pair` and `parley-keyd devices revoke` take
+// effect while it runs; a changed [phone] section needs a restart.
 func startPhone(srv *keyd.Server, cfg *keyd.Config, state string, logf func(string, ...any)) (stop func(), err error) {
-	return func() {}, nil
+	base := cfg.PhoneURL()
+	if base == "" {
+		return func() {}, nil
+	}
+	p, err := notify.StartPhone(notify.PhoneOptions{Requests: srv, Listen: cfg.Phone.Listen, URL: base, State: state, Logf: logf})
+	if err != nil {
+		return nil, err
+	}
+	logf("phone page on %s (listening on %s); certificate SHA-256 %s", base, p.Addr(), p.Cert().Fingerprint)
+	return func() { p.Close() }, nil
 }

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/notify"
+	"github.com/spf13/cobra"
+)
+
+func newPairCmd() *cobra.Command {
+	var state, config, name string
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "pair",
+		Short: "Show a one-time QR code that pairs a phone with the phone page",
+		Long: `pair makes a one-time pairing link for the phone page and prints it as a
+QR code and as text. The phone that opens it (and taps "Pair this phone")
+becomes a paired device that may approve requests routed to the phone. The
+link works once, until --ttl passes. Only its hash is stored in the state
+folder; the daemon picks it up while it runs.
+
+The page's certificate is self-signed: pair makes it when there is none, and
+prints its SHA-256 fingerprint. Compare it with what the phone's browser
+shows before accepting the certificate there.
+
+Run it as the daemon's user or as root.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if config == "" {
+				config = filepath.Join(state, "config.toml")
+			}
+			cfg, err := keyd.LoadConfig(config)
+			if err != nil {
+				return withHint(fmt.Errorf("configuration: %w", err), "create one with: parley-keyd init --state "+state)
+			}
+			base := cfg.PhoneURL()
+			if base == "" {
+				return withHint(errors.New("the phone page is off"),
+					fmt.Sprintf("set listen = \"LAN-ADDRESS:7450\" under [phone] in %s, then restart the daemon", config))
+			}
+			hosts, err := notify.PhoneHosts(cfg.Phone.Listen, cfg.Phone.URL)
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			_, info, err := notify.EnsurePhoneCert(state, hosts, now)
+			if err != nil {
+				return withHint(err, "run pair as the daemon's user or as root")
+			}
+			token, chosen, err := notify.OpenDevices(state).NewPairing(name, ttl, now)
+			if err != nil {
+				if errors.Is(err, notify.ErrNameTaken) {
+					return withHint(err, "choose another --name, or revoke the old phone: parley-keyd devices revoke "+name)
+				}
+				return err
+			}
+			link := notify.PairingLink(base, token)
+			out := cmd.OutOrStdout()
+			if err := notify.WriteTerminalQR(out, link); err != nil {
+				return err
+			}
+			fmt.Fprintln(out, link)
+			fmt.Fprintf(out, "certificate SHA-256: %s\n", info.Fingerprint)
+			errw := cmd.ErrOrStderr()
+			if info.Made {
+				fmt.Fprintf(errw, "parley-keyd: made the phone page's certificate for %v\n", info.Hosts)
+			}
+			fmt.Fprintf(errw, "parley-keyd: scan the code with the phone to pair it as %q; the link works once, until %s\n",
+				chosen, now.Add(ttl).Format("15:04:05"))
+			fmt.Fprintln(errw, "hint: the phone warns that the certificate is not trusted: accept it only if its SHA-256 fingerprint is the one above")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&state, "state", defaultState(), "state folder (certificate, paired devices)")
+	cmd.Flags().StringVar(&config, "config", "", "configuration file (default STATE/config.toml)")
+	cmd.Flags().StringVar(&name, "name", "", "name of the phone (default phone-N)")
+	cmd.Flags().DurationVar(&ttl, "ttl", notify.DefaultPairingTTL, "how long the link works")
+	return cmd
+}
