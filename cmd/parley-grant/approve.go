@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+func newApproveCmd() *cobra.Command {
+	var code string
+	cmd := &cobra.Command{
+		Use:   "approve ID [--code NN]",
+		Short: "Approve a waiting request after confirming its match code",
+		Long: `approve shows the request as the daemon rendered it, then asks for the match
+code that the requesting terminal shows. A wrong code denies the request: if
+the codes differ, another request may be racing the one you expect.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			c, err := dialDaemon()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			list, err := c.Pending(ctx)
+			if err != nil {
+				return daemonError(err)
+			}
+			found := false
+			for _, v := range list {
+				if v.ID == id {
+					found = true
+					fmt.Fprintln(os.Stderr)
+					printPendingTo(os.Stderr, v)
+				}
+			}
+			if !found {
+				return &exitError{code: exitFail, err: fmt.Errorf("no pending request %q", id), hint: "list waiting requests with: parley-grant pending"}
+			}
+			if code == "" {
+				if !term.IsTerminal(int(os.Stdin.Fd())) {
+					return usage(errors.New("no terminal to ask for the match code"), "pass it with --code NN")
+				}
+				fmt.Fprint(os.Stderr, "Match code shown where the agent asked: ")
+				line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+				if err != nil {
+					return fmt.Errorf("reading the code: %w", err)
+				}
+				code = strings.TrimSpace(line)
+			}
+			if err := c.Approve(ctx, id, code, "terminal"); err != nil {
+				return daemonError(err)
+			}
+			fmt.Fprintf(os.Stderr, "parley-grant: approved %s\n", id)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&code, "code", "", "the match code (else asked on the terminal)")
+	return cmd
+}
+
+func newDenyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "deny ID",
+		Short: "Deny a waiting request",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dialDaemon()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := c.Deny(ctx, args[0], "terminal"); err != nil {
+				return daemonError(err)
+			}
+			fmt.Fprintf(os.Stderr, "parley-grant: denied %s\n", args[0])
+			return nil
+		},
+	}
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/spf13/cobra"
+)
+
+func newExplainCmd() *cobra.Command {
+	var cf caveatFlags
+	var keyPath string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "explain",
+		Short: "Ask which policy rule would decide an issue request, signing nothing",
+		Long: `explain takes the same flags as issue and asks the daemon which rule would
+decide the request and what it would issue after narrowing. Nothing is signed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := loadAgentKey(keyPath)
+			if err != nil {
+				return err
+			}
+			cavs, err := cf.caveats(time.Now())
+			if err != nil {
+				return usage(err, "run parley-grant explain --help for the caveat flags")
+			}
+			c, err := dialDaemon()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := interruptible()
+			defer cancel()
+			e, err := c.Explain(ctx, grant.FormatPublicKey(key.Public().(ed25519.PublicKey)), cavs)
+			if err != nil {
+				return daemonError(err)
+			}
+			if asJSON {
+				return printJSON(e)
+			}
+			switch e.Action {
+			case "deny":
+				rule := "no rule"
+				if e.Rule != "" {
+					rule = fmt.Sprintf("rule %q", e.Rule)
+				}
+				fmt.Printf("refused by %s: %s\n", rule, e.Reason)
+			case "auto":
+				fmt.Printf("rule %q would issue at once:\n", e.Rule)
+			case "ask":
+				strong := ""
+				if e.Strong {
+					strong = ", strong channel required"
+				}
+				fmt.Printf("rule %q would ask the human (%s%s), then issue:\n", e.Rule, strings.Join(e.Channels, ", "), strong)
+			}
+			for _, a := range e.Allows {
+				fmt.Printf("  - %s\n", a)
+			}
+			for _, n := range e.Narrowed {
+				fmt.Printf("  narrowed: %s\n", n)
+			}
+			if e.Action == "deny" {
+				fmt.Fprintln(os.Stderr, "hint: ask for less (a narrower --can, --svc or --exp), or ask the principal to change the policy")
+			}
+			return nil
+		},
+	}
+	cf.register(cmd.Flags(), false)
+	cmd.Flags().StringVar(&keyPath, "key", "", "agent key file")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the explanation as JSON")
+	return cmd
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/spf13/cobra"
+)
+
+func newPendingCmd() *cobra.Command {
+	var asJSON bool
+	var qrID string
+	cmd := &cobra.Command{
+		Use:   "pending",
+		Short: "List requests waiting for your approval, as the daemon rendered them",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dialDaemon()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			list, err := c.Pending(ctx)
+			if err != nil {
+				return daemonError(err)
+			}
+			if qrID != "" {
+				return writePendingQR(os.Stdout, list, qrID)
+			}
+			if asJSON {
+				if list == nil {
+					list = []keyd.PendingView{}
+				}
+				return printJSON(list)
+			}
+			if len(list) == 0 {
+				fmt.Fprintln(os.Stderr, "parley-grant: no requests are waiting")
+				return nil
+			}
+			for i, v := range list {
+				if i > 0 {
+					fmt.Println()
+				}
+				printPending(v)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the requests as JSON")
+	cmd.Flags().StringVar(&qrID, "qr", "", "print the phone link of request `ID` as a QR code to scan")
+	return cmd
+}
+
+// printPending shows one request. Its text was rendered and made safe for a
+// terminal by the daemon; nothing the agent wrote is printed raw.
+func printPending(v keyd.PendingView) { printPendingTo(os.Stdout, v) }
+
+func printPendingTo(w io.Writer, v keyd.PendingView) {
+	fmt.Fprintf(w, "%s — %s (approve before %s)\n", v.ID, v.Title, time.Unix(v.Expires, 0).Format("15:04:05"))
+	fmt.Fprint(w, v.Text)
+	if v.Strong {
+		fmt.Fprintln(w, "Only a strong channel may approve it.")
+	}
+	fmt.Fprintf(w, "Approve with: parley-grant approve %s   Deny with: parley-grant deny %s\n", v.ID, v.ID)
+	if v.Link != "" {
+		fmt.Fprintf(w, "On your phone: %s   As a QR code: parley-grant pending --qr %s\n", v.Link, v.ID)
+	}
+}

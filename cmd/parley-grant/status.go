@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/spf13/cobra"
+)
+
+func newStatusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Say whether parley-keyd answers, its principal key, and what you may ask for",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dialDaemon()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			m, err := c.Hello(ctx)
+			if err != nil {
+				return daemonError(err)
+			}
+			if asJSON {
+				return printJSON(m)
+			}
+			printStatus(m)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the daemon's manifest as JSON")
+	return cmd
+}
+
+func printStatus(m *keyd.Manifest) {
+	fmt.Printf("parley-keyd %s answers at %s\n", m.Version, keyd.SocketPath(socketFlag))
+	fmt.Printf("principal: %s\n", m.Principal)
+	who := fmt.Sprintf("you: %s (uid %d) as %s", m.Caller.User, m.Caller.UID, strings.Join(m.Caller.Roles, " and "))
+	if m.Caller.Agent != "" {
+		who += fmt.Sprintf(", agent %q", m.Caller.Agent)
+	}
+	if m.Caller.Weak {
+		who += " (your approvals are weak: an agent running as you could approve too)"
+	}
+	fmt.Println(who)
+	fmt.Printf("approval channels: %s; approvals time out after %d s\n", strings.Join(m.Channels, ", "), m.Limits.ApprovalTimeout)
+	if m.May != nil {
+		b, _ := json.MarshalIndent(m.May, "  ", "  ")
+		fmt.Printf("what you may ask for:\n  %s\n", b)
+	}
+}
