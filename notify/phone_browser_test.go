@@ -232,6 +232,25 @@ func phoneBrowser(t *testing.T, ns *testnet.NS, spki string) context.Context {
 	return bctx
 }
 
+// phoneShot saves a screenshot of the tab as dir/name.
+func phoneShot(t *testing.T, tab context.Context, dir, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, 30*time.Second)
+	defer cancel()
+	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(shot, []byte("\x89PNG")) {
+		t.Fatal("the screenshot is not a PNG")
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
 // phoneStep runs actions on the tab with a deadline.
 func phoneStep(t *testing.T, tab context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
@@ -340,6 +359,9 @@ func TestPhoneBrowser(t *testing.T) {
 	phoneStep(t, tab, "opening the pairing link",
 		chromedp.Navigate(notify.PairingLink(d.base, token)),
 		chromedp.WaitVisible(chromedp.CSS("#pair")),
+	)
+	phoneShot(t, tab, shots, "phone-pair.png")
+	phoneStep(t, tab, "pairing",
 		chromedp.Click(chromedp.CSS("#pair")),
 		chromedp.WaitVisible(chromedp.CSS("h1.ok")),
 	)
@@ -388,18 +410,7 @@ func TestPhoneBrowser(t *testing.T) {
 	if err != nil || used == "" {
 		t.Fatalf("reading the page's token: %q, %v", used, err)
 	}
-	shot, err := chromedp.Run(tab, chromedp.CaptureScreenshot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.HasPrefix(shot, []byte("\x89PNG")) {
-		t.Fatal("the screenshot is not a PNG")
-	}
-	shotPath := filepath.Join(shots, "phone-request.png")
-	if err := os.WriteFile(shotPath, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot of the request page: %s", shotPath)
+	phoneShot(t, tab, shots, "phone-request.png")
 	phoneStep(t, tab, "approving",
 		chromedp.Click(chromedp.CSS("#approve")),
 		chromedp.WaitVisible(chromedp.CSS("h1.ok")),
@@ -482,6 +493,7 @@ func TestPhoneBrowser(t *testing.T) {
 	if got := phoneText(t, tab, "main"); !strings.Contains(got, "denied: the code did not match") {
 		t.Errorf("after a wrong code the page says %q", got)
 	}
+	phoneShot(t, tab, shots, "phone-denied.png")
 	r2 := a2.result(t)
 	var ke *keyd.Error
 	if !errors.As(r2.err, &ke) || ke.Code != keyd.CodeDenied {
