@@ -41,6 +41,7 @@ install: build
 	install -m 0755 bin/parley-keyd bin/parley-grant $(DESTDIR)$(BINDIR)/
 	sed 's|@BINDIR@|$(BINDIR)|g; s|@CONFDIR@|$(CONFDIR)|g' dist/parley-keyd.service > $(DESTDIR)$(UNITDIR)/parley-keyd.service
 	install -m 0644 dist/parley-keyd.socket $(DESTDIR)$(UNITDIR)/
+	sed 's|@BINDIR@|$(BINDIR)|g' dist/parley-grant-approver.service > $(DESTDIR)$(USERUNITDIR)/parley-grant-approver.service
 	install -m 0644 dist/sysusers.d/parley-keyd.conf $(DESTDIR)$(SYSUSERSDIR)/
 	install -m 0644 dist/tmpfiles.d/parley-keyd.conf $(DESTDIR)$(TMPFILESDIR)/
 	@if [ -z "$(DESTDIR)" ]; then \

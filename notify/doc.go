@@ -1,6 +1,7 @@
 // Package notify holds the human channels of parley-keyd: the desktop
 // approver, which shows pending requests as freedesktop notifications over
-// the session bus, and the QR images that carry a request's phone link.
+// the session bus; the phone page, where a paired phone approves from
+// another device; and the QR codes that carry a request's phone link.
 //
 // # Desktop
 //
@@ -21,6 +22,20 @@
 //   - The body is the daemon's own rendering passed through
 //     grant.SafeLines once more, with markup characters escaped for servers
 //     that parse body markup; nothing the agent wrote is shown raw.
+//
+// # Phone
+//
+// Phone serves the opt-in phone page over HTTPS on a LAN address, with a
+// self-signed certificate made at set-up (EnsurePhoneCert). A phone becomes
+// a paired device by opening a one-time pairing link (Devices.NewPairing,
+// shown as a terminal QR code by WriteTerminalQR); its credential is stored
+// hashed. A paired phone sees each request routed to the phone as the daemon
+// rendered it and approves with the match code. An approval is accepted only
+// from a paired device, with a one-time request token, from the page's own
+// origin, and only from an address that is not one of this host's own: a
+// connection from this machine, loopback included, can view but never
+// approve. That is what makes the phone a strong channel against an agent
+// running on the same machine. docs/phone.md has the details.
 //
 // The daemon's package keyd never imports notify: the command line plugs an
 // Approver into a keyd.Client (or, through keyd.Notifier, into a server).

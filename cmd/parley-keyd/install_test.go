@@ -23,6 +23,7 @@ func TestMakeInstall(t *testing.T) {
 		"usr/bin/parley-keyd", "usr/bin/parley-grant",
 		"usr/lib/systemd/system/parley-keyd.service", "usr/lib/systemd/system/parley-keyd.socket",
 		"usr/lib/sysusers.d/parley-keyd.conf", "usr/lib/tmpfiles.d/parley-keyd.conf",
+		"usr/lib/systemd/user/parley-grant-approver.service",
 	} {
 		if _, err := os.Stat(filepath.Join(dest, f)); err != nil {
 			t.Errorf("not installed: %s", f)
