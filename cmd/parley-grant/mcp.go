@@ -1,0 +1,759 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/spf13/cobra"
+)
+
+// The MCP binding serves the agent's operations as MCP tools over stdio. It
+// is a client of parley-keyd like any other: every tool that needs the
+// principal goes over the same socket, as the same OS user, through the same
+// daemon checks as the CLI. It has no rights of its own, and it offers no
+// approval: pending, approve and deny are the human's, on a terminal.
+
+// mcpInstructions tell the model what the server is for.
+const mcpInstructions = `parley-keyd tools get, use and pass on Parley grants (pg1. tokens) for this agent.
+Start with parley_status: it says what you may ask for without a human.
+Ask for the least you need (parley_request_grant); a request beyond the policy needs a human, who must see the match code this server sends in progress messages.
+Send grants to a Parley service with a proof from parley_proof.
+When a service answers a COMMIT with consent_required, call parley_request_consent with its ERROR frame and PROPOSALS frame exactly as received.
+Refusals are tool errors whose first line is "<code>: <sentence>"; a "fix:" line says what to do.`
+
+// progressEvery is how often a waiting tool call repeats the match code,
+// which also keeps clients that reset their timeout on progress waiting.
+const progressEvery = 15 * time.Second
+
+func newMCPCmd() *cobra.Command {
+	var keyPath string
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve the agent's operations as MCP tools over stdio",
+		Long: `mcp runs a Model Context Protocol server on stdin and stdout, for agent
+clients that speak MCP. Its tools are the agent's operations:
+
+  parley_status           what this agent may ask for, and from whom
+  parley_request_grant    ask for a grant, as issue does
+  parley_explain          which rule would decide such a request
+  parley_request_consent  ask the human to consent to one proposal, as consent does
+  parley_attenuate        narrow a grant for a sub-agent key, as attenuate does
+  parley_inspect          show a grant's blocks, as inspect does
+  parley_proof            sign a proof of possession, as proof does
+
+It reads the agent key (--key, $PARLEY_AGENT_KEY, ~/.config/parley/agent.key)
+and the socket (--socket, $PARLEY_KEYD_SOCKET) like the other commands, and
+goes through exactly the same daemon checks: it has no rights of its own and
+cannot approve anything. While a request waits for a human, the match code is
+sent as MCP progress and log messages, written to stderr, and repeated in the
+result.
+
+Example client configuration:
+  {"command": "parley-grant", "args": ["mcp"]}`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := interruptible()
+			defer cancel()
+			err := newMCPServer(keyPath).Run(ctx, &mcp.StdioTransport{})
+			if err != nil && ctx.Err() == nil {
+				return fail(fmt.Errorf("mcp: %w", err), "")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&keyPath, "key", "", "agent key file (default $PARLEY_AGENT_KEY or ~/.config/parley/agent.key)")
+	return cmd
+}
+
+// mcpTools binds the tools to one agent key path.
+type mcpTools struct {
+	keyPath string
+}
+
+// newMCPServer returns the MCP server with every tool, reading the agent
+// key from keyPath as loadAgentKey does.
+func newMCPServer(keyPath string) *mcp.Server {
+	t := &mcpTools{keyPath: keyPath}
+	s := mcp.NewServer(&mcp.Implementation{Name: "parley-keyd", Title: "parley-keyd grants", Version: keyd.DaemonVersion},
+		&mcp.ServerOptions{Instructions: mcpInstructions})
+	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: new(false)}
+	asks := &mcp.ToolAnnotations{DestructiveHint: new(false), OpenWorldHint: new(false)}
+
+	mcp.AddTool(s, &mcp.Tool{Name: "parley_status", Title: "What may I ask for?", Annotations: readOnly,
+		Description: "Ask parley-keyd what this agent may ask for: the principal key that signs grants, " +
+			"who the daemon thinks you are, the policy rules that apply to you (auto = issued at once, " +
+			"ask = a human approves, deny = refused), the approval channels and timeout, and this agent's " +
+			"public key. Call it first. Signs nothing."}, t.status)
+	mcp.AddTool(s, &mcp.Tool{Name: "parley_request_grant", Title: "Request a grant", Annotations: asks,
+		Description: "Ask parley-keyd for a grant (a pg1. token) held by this agent's key, narrowed by the " +
+			"caveats you give; ask for the least you need. Formats: svc [\"shop.example\"]; verbs [\"ASK\",\"INTENT\",\"COMMIT\"]; " +
+			"can [\"calendar.*\"]; exp \"1h\" (or 90s, 10m, 7d, RFC 3339, unix seconds); per and spend \"20.00USD\"; " +
+			"risk low|medium|high. The policy issues it at once, or a human must approve: then the call waits " +
+			"(up to the approval timeout of parley_status) and sends the match code in progress messages; " +
+			"the human must be shown that code. Present the token in a Parley request's grants with a proof " +
+			"from parley_proof. Errors: forbidden (policy; see parley_explain), denied, timeout, limit."}, t.requestGrant)
+	mcp.AddTool(s, &mcp.Tool{Name: "parley_explain", Title: "Explain a grant request", Annotations: readOnly,
+		Description: "Say which policy rule would decide a parley_request_grant with the same arguments " +
+			"(auto, ask or deny), and what it would issue after narrowing. Signs nothing and asks nobody."}, t.explain)
+	mcp.AddTool(s, &mcp.Tool{Name: "parley_request_consent", Title: "Request consent for one proposal", Annotations: asks,
+		Description: "After a Parley service answered COMMIT with ERROR consent_required, ask the human through " +
+			"parley-keyd to consent to that one proposal. Pass service (its id), consent (the whole ERROR frame " +
+			"or its consent object) and proposal (the whole PROPOSALS frame or the proposal), exactly as the " +
+			"service sent them, as JSON objects or strings; never edit them: a proposal that does not match its " +
+			"hash is refused (conflict) and never shown. The call waits while the human reads the daemon's " +
+			"rendering and decides; the match code comes in progress messages. The result is a consent grant: " +
+			"re-send the COMMIT with it in grants and a COMMIT proof for the proposal hash. It allows that one " +
+			"COMMIT and nothing else."}, t.requestConsent)
+	mcp.AddTool(s, &mcp.Tool{Name: "parley_attenuate", Title: "Narrow a grant for a sub-agent",
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: false, OpenWorldHint: new(false)},
+		Description: "Narrow a grant you hold and hand it to another key (a sub-agent): appends a block signed " +
+			"with your agent key, held by to (\"ed25519:…\"), restricted by the caveats given (formats as in " +
+			"parley_request_grant, plus only: a proposal hash). Caveats add up, so the new grant can do at most " +
+			"what yours can. Needs no daemon and no human. Returns the new token."}, t.attenuate)
+	mcp.AddTool(s, &mcp.Tool{Name: "parley_inspect", Title: "Inspect a grant", Annotations: readOnly,
+		Description: "Show a grant's blocks: issuer, holder, each block's caveats in words and its expiry, " +
+			"and whether the signature chain holds. Does not say whether a service trusts the issuer or whether " +
+			"a request is allowed."}, t.inspect)
+	mcp.AddTool(s, &mcp.Tool{Name: "parley_proof", Title: "Sign a proof of possession", Annotations: readOnly,
+		Description: "Sign the proof of possession that must go with grants in a Parley request (§6.5), with this " +
+			"agent's key: {key, ts, sig}, accepted for 300 s. aud is the service id. target depends on verb: " +
+			"COMMIT the proposal hash; UNDO the receipt id; ASK and INTENT the capability; EXPAND the handle."}, t.proof)
+	return s
+}
+
+// toolError is a refusal as an MCP tool error (never a protocol error): the
+// daemon's stable code and sentence, and what to do about it. Its text is
+// "<code>: <sentence>" followed by "rule:", "fix:" and "match code:" lines.
+type toolError struct {
+	Code    string
+	Message string
+	Rule    string
+	Fix     string
+	// Request and Match name the request that waited for a human.
+	Request, Match string
+}
+
+func (e *toolError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", e.Code, e.Message)
+	if e.Rule != "" {
+		fmt.Fprintf(&b, "\nrule: %s", e.Rule)
+	}
+	if e.Fix != "" {
+		fmt.Fprintf(&b, "\nfix: %s", e.Fix)
+	}
+	if e.Match != "" {
+		fmt.Fprintf(&b, "\nmatch code: %s (request %s)", e.Match, e.Request)
+	}
+	return b.String()
+}
+
+// toToolError turns any error of the CLI's helpers or the daemon into a
+// toolError. The daemon's refusals keep their code; local failures get the
+// daemon code that fits (invalid_params for arguments and the agent key,
+// unavailable for a daemon that cannot be reached, unauthorized for a
+// socket this user may not open).
+func toToolError(err error) error {
+	var te *toolError
+	if errors.As(err, &te) {
+		return te
+	}
+	te = toolErrorOf(err)
+	te.Message, te.Fix = forModel(te.Message), forModel(te.Fix)
+	return te
+}
+
+// cliWords maps the CLI's words in shared messages to the MCP tools' words.
+var cliWords = strings.NewReplacer(
+	"parley-grant explain (same flags)", "parley_explain (same arguments)",
+	"parley-grant explain", "parley_explain",
+)
+
+// flagName matches a caveat flag named in a shared message, such as
+// "--exp"; the tools take these as arguments of the same name. Other flags
+// (--socket, --key) belong to parley-grant mcp itself and keep their form.
+var flagName = regexp.MustCompile(`(^|[^\w-])--(svc|verbs|can|exp|nbf|per|spend|risk|only|to)\b`)
+
+// forModel rewrites a message shared with the CLI so that it names the
+// tools' arguments ("exp") and tools rather than flags and commands.
+func forModel(s string) string {
+	return flagName.ReplaceAllString(cliWords.Replace(s), "$1$2")
+}
+
+func toolErrorOf(err error) *toolError {
+	var ke *keyd.Error
+	if errors.As(err, &ke) {
+		e := &toolError{Code: string(ke.Code), Message: ke.Message, Rule: ke.Rule, Fix: ke.Fix}
+		var ee *exitError
+		// daemonError adds the CLI's hints: one wording for both bindings.
+		if e.Fix == "" && errors.As(daemonError(err), &ee) {
+			e.Fix = ee.hint
+		}
+		return e
+	}
+	e := &toolError{Code: string(keyd.CodeInvalidParams), Message: err.Error()}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		e.Message, e.Fix = ee.err.Error(), ee.hint
+		if ee.code == exitNoDaemon {
+			e.Code = string(keyd.CodeUnavailable)
+			if errors.Is(err, keyd.ErrPermission) {
+				e.Code = string(keyd.CodeUnauthorized)
+			}
+		}
+	}
+	if errors.Is(err, context.Canceled) {
+		e.Code, e.Message = "cancelled", "the call was cancelled; the request was withdrawn"
+	}
+	return e
+}
+
+// textResult is a result whose content is text for the model.
+func textResult(format string, args ...any) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
+}
+
+// caveatArgs are the caveat parameters shared by the grant tools, the
+// arguments form of the caveat flags (§6.3).
+type caveatArgs struct {
+	Svc   []string `json:"svc,omitempty" jsonschema:"only at these service ids, such as [\"shop.example\"]"`
+	Verbs []string `json:"verbs,omitempty" jsonschema:"only these verbs, from ASK, INTENT, COMMIT, UNDO, EXPAND"`
+	Can   []string `json:"can,omitempty" jsonschema:"only capabilities matching these patterns: an exact name or a prefix ending in *, such as \"calendar.*\""`
+	Exp   string   `json:"exp,omitempty" jsonschema:"expiry: a duration from now (90s, 10m, 1h, 7d), an RFC 3339 time or unix seconds"`
+	Nbf   string   `json:"nbf,omitempty" jsonschema:"not valid before: a duration from now, an RFC 3339 time or unix seconds"`
+	Per   string   `json:"per,omitempty" jsonschema:"most one COMMIT may cost: an amount and a currency, such as \"20.00USD\""`
+	Spend string   `json:"spend,omitempty" jsonschema:"most all COMMITs together may cost, such as \"100.00USD\""`
+	Risk  string   `json:"risk,omitempty" jsonschema:"highest proposal risk a COMMIT may have: low, medium or high"`
+}
+
+// caveats parses a as the caveat flags of issue and attenuate parse theirs.
+func (a caveatArgs) caveats(only string, now time.Time) ([]grant.Caveat, error) {
+	cf := caveatFlags{svc: a.Svc, verbs: a.Verbs, can: a.Can, exp: a.Exp, nbf: a.Nbf, per: a.Per,
+		spend: a.Spend, risk: a.Risk, only: only, withOnly: only != ""}
+	return cf.caveats(now)
+}
+
+// caveatList returns caveats as plain JSON values, {"svc": […]}, for
+// structured output.
+func caveatList(cavs []grant.Caveat) []any {
+	out := make([]any, 0, len(cavs))
+	for _, c := range cavs {
+		var v any
+		if json.Unmarshal([]byte(c.String()), &v) == nil {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func caveatWords(cavs []grant.Caveat) []string {
+	out := make([]string, 0, len(cavs))
+	for _, c := range cavs {
+		out = append(out, grant.SafeText(c.Describe(), 200))
+	}
+	return out
+}
+
+// waiter tells the MCP client about a request that waits for a human: the
+// match code goes out as progress (when the client asked for progress) and
+// as a log message, on stderr, and into the result.
+type waiter struct {
+	ctx  context.Context
+	req  *mcp.CallToolRequest
+	mu   sync.Mutex
+	ev   *keyd.Event
+	step float64
+}
+
+func (w *waiter) event(e keyd.Event) {
+	w.mu.Lock()
+	w.ev = &e
+	w.mu.Unlock()
+	infof("waiting for approval of %s; match code: %s", e.Request, e.Code)
+	w.notify()
+}
+
+// match returns the request id and match code, once the daemon sent them.
+func (w *waiter) match() (id, code string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ev == nil {
+		return "", ""
+	}
+	return w.ev.Request, w.ev.Code
+}
+
+func (w *waiter) notify() {
+	w.mu.Lock()
+	e := w.ev
+	w.step++
+	step := w.step
+	w.mu.Unlock()
+	if e == nil || w.req.Session == nil {
+		return
+	}
+	msg := fmt.Sprintf("waiting for a human to approve request %s on %s; match code %s: show it to the human, who must enter the same code",
+		e.Request, strings.Join(e.Channels, " or "), e.Code)
+	if e.Expires > 0 {
+		msg += fmt.Sprintf(" (times out in %s)", time.Until(time.Unix(e.Expires, 0)).Round(time.Second))
+	}
+	if tok := w.req.Params.GetProgressToken(); tok != nil {
+		w.req.Session.NotifyProgress(w.ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Message: msg, Progress: step})
+	}
+	//lint:ignore SA1019 logging is the one channel every client shows without a progress token; it stays functional through the deprecation window
+	w.req.Session.Log(w.ctx, &mcp.LoggingMessageParams{Level: "notice", Logger: "parley-keyd", Data: msg})
+}
+
+// run calls fn with the event callback, repeating the match code every
+// progressEvery until fn returns.
+func (w *waiter) run(fn func(events func(keyd.Event)) (*keyd.GrantResult, error)) (*keyd.GrantResult, error) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				w.notify()
+			}
+		}
+	}()
+	res, err := fn(w.event)
+	close(stop)
+	<-done
+	return res, err
+}
+
+// grantOutput is the result of parley_request_grant and
+// parley_request_consent.
+type grantOutput struct {
+	Token     string   `json:"token" jsonschema:"the grant: put it in a Parley request's grants"`
+	GrantID   string   `json:"grant_id"`
+	Expires   int64    `json:"expires" jsonschema:"unix seconds"`
+	ExpiresAt string   `json:"expires_at" jsonschema:"RFC 3339, UTC"`
+	Caveats   []any    `json:"caveats" jsonschema:"the caveats as signed (§6.3)"`
+	Allows    []string `json:"allows" jsonschema:"the caveats in words"`
+	Decision  string   `json:"decision" jsonschema:"auto (by policy) or ask (a human approved)"`
+	Rule      string   `json:"rule,omitempty"`
+	Approver  string   `json:"approver,omitempty"`
+	Channel   string   `json:"channel,omitempty"`
+	Strength  string   `json:"strength,omitempty" jsonschema:"strong or weak approval"`
+	Narrowed  []string `json:"narrowed,omitempty" jsonschema:"what the policy cut from the request"`
+	Request   string   `json:"request"`
+	MatchCode string   `json:"match_code,omitempty" jsonschema:"the code the human confirmed, when a human approved"`
+}
+
+func newGrantOutput(res *keyd.GrantResult, w *waiter) grantOutput {
+	_, code := w.match()
+	return grantOutput{Token: res.Token, GrantID: res.GrantID, Expires: res.Expires,
+		ExpiresAt: time.Unix(res.Expires, 0).UTC().Format(time.RFC3339), Caveats: caveatList(res.Caveats),
+		Allows: caveatWords(res.Caveats), Decision: res.Decision, Rule: res.Rule, Approver: res.Approver,
+		Channel: res.Channel, Strength: res.Strength, Narrowed: res.Narrowed, Request: res.RequestID, MatchCode: code}
+}
+
+func (o grantOutput) text(what string) string {
+	how := fmt.Sprintf("issued at once by policy rule %q", o.Rule)
+	if o.Decision == "ask" {
+		how = fmt.Sprintf("approved by %s on the %s (%s approval, match code %s)", o.Approver, o.Channel, o.Strength, o.MatchCode)
+	}
+	s := fmt.Sprintf("%s %s, %s; expires %s.\nIt allows: %s.\n", what, o.GrantID, how, o.ExpiresAt, strings.Join(o.Allows, "; "))
+	if len(o.Narrowed) > 0 {
+		s += "Narrowed by the policy: " + strings.Join(o.Narrowed, "; ") + ".\n"
+	}
+	return s + "token: " + o.Token
+}
+
+// withWait fills the match code of a refusal that came after a human was
+// asked, since the human must be able to match it with what they saw.
+func withWait(err error, w *waiter) error {
+	err = toToolError(err)
+	if te, ok := err.(*toolError); ok {
+		te.Request, te.Match = w.match()
+	}
+	return err
+}
+
+func (t *mcpTools) dial() (*keyd.Client, error) {
+	c, err := dialDaemon()
+	if err != nil {
+		return nil, toToolError(err)
+	}
+	return c, nil
+}
+
+type statusArgs struct{}
+
+type statusOutput struct {
+	Socket          string   `json:"socket"`
+	DaemonVersion   string   `json:"daemon_version"`
+	Principal       string   `json:"principal" jsonschema:"the key that signs grants; services must trust it"`
+	AgentKey        string   `json:"agent_key,omitempty" jsonschema:"this agent's public key, the holder of its grants"`
+	AgentKeyProblem string   `json:"agent_key_problem,omitempty"`
+	User            string   `json:"user"`
+	UID             uint32   `json:"uid"`
+	Roles           []string `json:"roles"`
+	Agent           string   `json:"agent,omitempty" jsonschema:"the policy's name for this caller"`
+	Channels        []string `json:"channels" jsonschema:"where a human can approve now"`
+	ApprovalTimeout int      `json:"approval_timeout" jsonschema:"seconds a request waits for a human"`
+	MaxPending      int      `json:"max_pending,omitempty"`
+	May             any      `json:"may,omitempty" jsonschema:"the policy rules for this caller and what each allows"`
+}
+
+func (t *mcpTools) status(ctx context.Context, req *mcp.CallToolRequest, _ statusArgs) (*mcp.CallToolResult, statusOutput, error) {
+	var out statusOutput
+	c, err := t.dial()
+	if err != nil {
+		return nil, out, err
+	}
+	defer c.Close()
+	m, err := c.Hello(ctx)
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	out = statusOutput{Socket: keyd.SocketPath(socketFlag), DaemonVersion: m.Version, Principal: m.Principal,
+		User: m.Caller.User, UID: m.Caller.UID, Roles: m.Caller.Roles, Agent: m.Caller.Agent, Channels: m.Channels,
+		ApprovalTimeout: m.Limits.ApprovalTimeout, MaxPending: m.Limits.MaxPending, May: m.May}
+	if key, err := loadAgentKey(t.keyPath); err != nil {
+		out.AgentKeyProblem = toToolError(err).Error()
+	} else {
+		out.AgentKey = grant.FormatPublicKey(key.Public().(ed25519.PublicKey))
+	}
+	may, _ := json.Marshal(m.May)
+	text := fmt.Sprintf("parley-keyd %s at %s; principal %s.\nYou are %s (uid %d) as %s", m.Version, out.Socket,
+		m.Principal, m.Caller.User, m.Caller.UID, strings.Join(m.Caller.Roles, " and "))
+	if m.Caller.Agent != "" {
+		text += fmt.Sprintf(", agent %q", m.Caller.Agent)
+	}
+	text += fmt.Sprintf(".\nApproval channels: %s; a request waits %d s for a human.\nWhat you may ask for: %s\n",
+		strings.Join(m.Channels, ", "), m.Limits.ApprovalTimeout, may)
+	if out.AgentKey != "" {
+		text += "Your agent key: " + out.AgentKey
+	} else {
+		text += "No agent key: " + out.AgentKeyProblem
+	}
+	return textResult("%s", text), out, nil
+}
+
+type grantArgs struct {
+	caveatArgs
+}
+
+func (t *mcpTools) requestGrant(ctx context.Context, req *mcp.CallToolRequest, in grantArgs) (*mcp.CallToolResult, grantOutput, error) {
+	var out grantOutput
+	key, err := loadAgentKey(t.keyPath)
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	cavs, err := in.caveats("", time.Now())
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	c, err := t.dial()
+	if err != nil {
+		return nil, out, err
+	}
+	defer c.Close()
+	w := &waiter{ctx: ctx, req: req}
+	res, err := w.run(func(ev func(keyd.Event)) (*keyd.GrantResult, error) { return c.Grant(ctx, key, cavs, ev) })
+	if err != nil {
+		return nil, out, withWait(err, w)
+	}
+	out = newGrantOutput(res, w)
+	return textResult("%s", out.text("Grant")), out, nil
+}
+
+type explainOutput struct {
+	Action   string   `json:"action" jsonschema:"auto, ask or deny"`
+	Rule     string   `json:"rule,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+	Agent    string   `json:"agent,omitempty"`
+	Channels []string `json:"channels,omitempty"`
+	Strong   bool     `json:"strong,omitempty" jsonschema:"a strong approval channel is required"`
+	Caveats  []any    `json:"caveats,omitempty" jsonschema:"what would be issued"`
+	Allows   []string `json:"allows,omitempty"`
+	Narrowed []string `json:"narrowed,omitempty"`
+	Expires  int64    `json:"expires,omitempty"`
+}
+
+func (t *mcpTools) explain(ctx context.Context, req *mcp.CallToolRequest, in grantArgs) (*mcp.CallToolResult, explainOutput, error) {
+	var out explainOutput
+	key, err := loadAgentKey(t.keyPath)
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	cavs, err := in.caveats("", time.Now())
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	c, err := t.dial()
+	if err != nil {
+		return nil, out, err
+	}
+	defer c.Close()
+	e, err := c.Explain(ctx, grant.FormatPublicKey(key.Public().(ed25519.PublicKey)), cavs)
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	out = explainOutput{Action: e.Action, Rule: e.Rule, Reason: e.Reason, Agent: e.Agent, Channels: e.Channels,
+		Strong: e.Strong, Caveats: caveatList(e.Caveats), Allows: e.Allows, Narrowed: e.Narrowed, Expires: e.Expires}
+	var text string
+	switch e.Action {
+	case "deny":
+		text = fmt.Sprintf("Refused by rule %q: %s. Ask for less (narrower can, svc or exp), or ask the principal to change the policy.", e.Rule, e.Reason)
+	case "auto":
+		text = fmt.Sprintf("Rule %q would issue at once: %s.", e.Rule, strings.Join(e.Allows, "; "))
+	default:
+		text = fmt.Sprintf("Rule %q would ask a human (on %s), then issue: %s.", e.Rule, strings.Join(e.Channels, ", "), strings.Join(e.Allows, "; "))
+	}
+	if len(e.Narrowed) > 0 {
+		text += "\nNarrowed: " + strings.Join(e.Narrowed, "; ")
+	}
+	return textResult("%s", text), out, nil
+}
+
+type consentArgs struct {
+	Service  string `json:"service" jsonschema:"the id of the service that sent the proposal (its BRIEF service.id)"`
+	Consent  any    `json:"consent" jsonschema:"the service's consent_required ERROR frame, or its consent object, exactly as received: a JSON object or a string holding it"`
+	Proposal any    `json:"proposal" jsonschema:"the PROPOSALS frame, or the one proposal, exactly as received: a JSON object or a string holding it"`
+}
+
+// rawArg returns an argument that may be a JSON value or a string holding
+// one, as JSON text of at most one frame (§2.1).
+func rawArg(name string, v any) (json.RawMessage, error) {
+	var raw []byte
+	if s, ok := v.(string); ok {
+		raw = []byte(s)
+	} else {
+		var err error
+		if raw, err = json.Marshal(v); err != nil {
+			return nil, &toolError{Code: string(keyd.CodeInvalidParams), Message: name + " is not JSON"}
+		}
+	}
+	switch {
+	case len(raw) > maxJSONFile:
+		return nil, &toolError{Code: string(keyd.CodeInvalidParams), Message: name + " is larger than 1 MiB"}
+	case !json.Valid(raw) || !strings.HasPrefix(strings.TrimSpace(string(raw)), "{"):
+		return nil, &toolError{Code: string(keyd.CodeInvalidParams), Message: name + " must be a JSON object, or a string holding one",
+			Fix: "pass the frame exactly as the service sent it"}
+	}
+	return raw, nil
+}
+
+func (t *mcpTools) requestConsent(ctx context.Context, req *mcp.CallToolRequest, in consentArgs) (*mcp.CallToolResult, grantOutput, error) {
+	var out grantOutput
+	if in.Service == "" {
+		return nil, out, &toolError{Code: string(keyd.CodeInvalidParams), Message: "service is required",
+			Fix: "give the service id from its BRIEF (service.id); the consent object names it too"}
+	}
+	consent, err := rawArg("consent", in.Consent)
+	if err != nil {
+		return nil, out, err
+	}
+	proposal, err := rawArg("proposal", in.Proposal)
+	if err != nil {
+		return nil, out, err
+	}
+	key, err := loadAgentKey(t.keyPath)
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	c, err := t.dial()
+	if err != nil {
+		return nil, out, err
+	}
+	defer c.Close()
+	w := &waiter{ctx: ctx, req: req}
+	res, err := w.run(func(ev func(keyd.Event)) (*keyd.GrantResult, error) {
+		return c.Consent(ctx, key, in.Service, consent, proposal, ev)
+	})
+	if err != nil {
+		return nil, out, withWait(err, w)
+	}
+	out = newGrantOutput(res, w)
+	return textResult("%s\nRe-send the COMMIT with this token in grants and a COMMIT proof (target: the proposal hash).",
+		out.text("Consent grant")), out, nil
+}
+
+type attenuateArgs struct {
+	Token string `json:"token" jsonschema:"the grant you hold (pg1.…)"`
+	To    string `json:"to" jsonschema:"the sub-agent's public key, ed25519:…"`
+	caveatArgs
+	Only string `json:"only,omitempty" jsonschema:"COMMIT only the proposal with this hash"`
+}
+
+type attenuateOutput struct {
+	Token    string   `json:"token" jsonschema:"the narrowed grant, held by to"`
+	GrantID  string   `json:"grant_id"`
+	Holder   string   `json:"holder"`
+	Blocks   int      `json:"blocks"`
+	Added    []string `json:"added" jsonschema:"the new block's caveats in words"`
+	Warnings []string `json:"warnings,omitempty" jsonschema:"caveats that narrow nothing"`
+}
+
+func (t *mcpTools) attenuate(ctx context.Context, req *mcp.CallToolRequest, in attenuateArgs) (*mcp.CallToolResult, attenuateOutput, error) {
+	var out attenuateOutput
+	bad := func(msg, fix string) error {
+		return &toolError{Code: string(keyd.CodeInvalidParams), Message: msg, Fix: fix}
+	}
+	to, err := grant.ParsePublicKey(in.To)
+	if err != nil {
+		return nil, out, bad(fmt.Sprintf("to %q: %v", in.To, err), "give the sub-agent's public key, ed25519:… (it prints it with: parley-grant pubkey)")
+	}
+	now := time.Now()
+	cavs, err := in.caveats(in.Only, now)
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	tok, err := decodeToken(strings.TrimSpace(in.Token))
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	if err := tok.CheckChain(); err != nil {
+		return nil, out, &toolError{Code: string(grant.CodeUnauthorized), Message: "the grant's signature chain does not hold: " + chainMessage(err),
+			Fix: "a broken grant authorizes nothing; get a new one"}
+	}
+	for i, b := range tok.Blocks {
+		for _, c := range b.Payload.Caveats {
+			if err := c.Check(); err != nil {
+				return nil, out, &toolError{Code: string(grant.CodeForbidden), Message: fmt.Sprintf("the grant authorizes nothing: block %d: %v", i, err)}
+			}
+		}
+	}
+	key, err := loadAgentKey(t.keyPath)
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	if mine := grant.FormatPublicKey(key.Public().(ed25519.PublicKey)); mine != tok.Holder() {
+		return nil, out, bad(fmt.Sprintf("your key %s does not hold this grant; its holder is %s", mine, tok.Holder()),
+			"only the holder can attenuate a grant")
+	}
+	next, err := tok.Delegate(key, to, cavs, now.Unix())
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	out = attenuateOutput{Token: next.Encode(), GrantID: next.ID(), Holder: next.Holder(), Blocks: len(next.Blocks),
+		Added: caveatWords(cavs), Warnings: narrowWarnings(tok, cavs, now.Unix())}
+	text := fmt.Sprintf("Narrowed grant %s for %s (%d blocks). Added: %s.\n", out.GrantID, out.Holder, out.Blocks, strings.Join(out.Added, "; "))
+	if len(cavs) == 0 {
+		text += "Warning: no caveats given, so the new grant can do all yours can.\n"
+	}
+	for _, w := range out.Warnings {
+		text += "Warning: " + w + "\n"
+	}
+	return textResult("%stoken: %s", text, out.Token), out, nil
+}
+
+type inspectArgs struct {
+	Token string `json:"token" jsonschema:"a grant token, pg1.…"`
+}
+
+type inspectBlockOutput struct {
+	Index   int      `json:"index"`
+	ID      string   `json:"id"`
+	Signer  string   `json:"signer"`
+	Holder  string   `json:"holder"`
+	Iat     int64    `json:"iat"`
+	Caveats []any    `json:"caveats"`
+	Words   []string `json:"words"`
+	Expires *int64   `json:"expires"`
+	Expired bool     `json:"expired"`
+}
+
+type inspectOutput struct {
+	GrantID    string               `json:"grant_id"`
+	Issuer     string               `json:"issuer" jsonschema:"the principal who signed the root block"`
+	Holder     string               `json:"holder" jsonschema:"the key that must sign proofs with this grant"`
+	Expires    *int64               `json:"expires"`
+	Expired    bool                 `json:"expired"`
+	ChainOK    bool                 `json:"chain_ok" jsonschema:"every signature and prev link holds"`
+	ChainError string               `json:"chain_error,omitempty"`
+	Problems   []string             `json:"problems" jsonschema:"unknown or malformed caveats: the grant then authorizes nothing"`
+	Blocks     []inspectBlockOutput `json:"blocks"`
+}
+
+func (t *mcpTools) inspect(ctx context.Context, req *mcp.CallToolRequest, in inspectArgs) (*mcp.CallToolResult, inspectOutput, error) {
+	var out inspectOutput
+	tok, err := decodeToken(strings.TrimSpace(in.Token))
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	now := time.Now().Unix()
+	rep := buildReport(tok, now)
+	out = inspectOutput{GrantID: rep.GrantID, Issuer: rep.Issuer, Holder: rep.Holder, Expires: rep.Expires,
+		Expired: rep.Expired, ChainOK: rep.ChainOK, ChainError: rep.ChainError, Problems: rep.Problems}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Grant %s: issued by %s, held by %s", rep.GrantID, rep.Issuer, rep.Holder)
+	if rep.Expires != nil {
+		fmt.Fprintf(&b, ", expires %s", time.Unix(*rep.Expires, 0).UTC().Format(time.RFC3339))
+		if rep.Expired {
+			b.WriteString(" (expired)")
+		}
+	}
+	if rep.ChainOK {
+		b.WriteString(". The signature chain holds.\n")
+	} else {
+		fmt.Fprintf(&b, ". The signature chain does NOT hold: %s. Do not use it.\n", rep.ChainError)
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintf(&b, "Problem: %s (the grant authorizes nothing).\n", p)
+	}
+	for _, bl := range rep.Blocks {
+		out.Blocks = append(out.Blocks, inspectBlockOutput{Index: bl.Index, ID: bl.ID, Signer: bl.Signer, Holder: bl.Holder,
+			Iat: bl.Iat, Caveats: caveatList(bl.Caveats), Words: bl.Words, Expires: bl.Expires, Expired: bl.Expired})
+		words := "no caveats"
+		if len(bl.Words) > 0 {
+			words = strings.Join(bl.Words, "; ")
+		}
+		fmt.Fprintf(&b, "Block %d, held by %s: %s.\n", bl.Index, bl.Holder, grant.SafeText(words, 2000))
+	}
+	return textResult("%s", strings.TrimSuffix(b.String(), "\n")), out, nil
+}
+
+type proofArgs struct {
+	Aud    string `json:"aud" jsonschema:"the id of the service the request goes to"`
+	Verb   string `json:"verb" jsonschema:"the request verb: ASK, INTENT, COMMIT, UNDO or EXPAND"`
+	Target string `json:"target" jsonschema:"COMMIT: the proposal hash; UNDO: the receipt id; ASK, INTENT: the capability; EXPAND: the handle"`
+}
+
+type proofOutput struct {
+	Proof grant.Proof `json:"proof" jsonschema:"put this object in the request's proof field"`
+}
+
+func (t *mcpTools) proof(ctx context.Context, req *mcp.CallToolRequest, in proofArgs) (*mcp.CallToolResult, proofOutput, error) {
+	var out proofOutput
+	if in.Aud == "" || in.Target == "" {
+		return nil, out, &toolError{Code: string(keyd.CodeInvalidParams), Message: "aud and target are required"}
+	}
+	verb, err := parseVerb(in.Verb)
+	if err != nil {
+		return nil, out, &toolError{Code: string(keyd.CodeInvalidParams), Message: "verb: " + err.Error()}
+	}
+	if verb == "COMMIT" && !isHash(in.Target) {
+		return nil, out, &toolError{Code: string(keyd.CodeInvalidParams), Message: fmt.Sprintf("for COMMIT the target is the proposal hash, and %q is not one", in.Target)}
+	}
+	key, err := loadAgentKey(t.keyPath)
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	p, err := grant.MakeProof(key, in.Aud, verb, in.Target, time.Now().Unix())
+	if err != nil {
+		return nil, out, toToolError(err)
+	}
+	out.Proof = p
+	b, _ := json.Marshal(p)
+	return textResult("proof: %s", b), out, nil
+}

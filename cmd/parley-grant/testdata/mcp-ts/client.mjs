@@ -1,0 +1,83 @@
+// client.mjs drives "parley-grant mcp" with the official MCP TypeScript SDK
+// client, a client nobody on this project wrote. It calls every tool and
+// writes one JSON line per event to stdout; the Go test (mcp_test.go,
+// TestMCPTypeScriptClient) approves what waits for a human and checks the
+// lines. It asserts nothing itself.
+//
+// Environment: PARLEY_GRANT (the binary), PARLEY_KEYD_SOCKET and
+// PARLEY_AGENT_KEY (passed on to it), PARLEY_TEST_SUBKEY (a sub-agent key),
+// PARLEY_TEST_CONSENT and PARLEY_TEST_PROPOSALS (files with the service's
+// consent_required ERROR frame and its PROPOSALS frame).
+import { readFileSync } from "node:fs";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+
+const env = process.env;
+const out = (o) => process.stdout.write(JSON.stringify(o) + "\n");
+
+const transport = new StdioClientTransport({
+  command: env.PARLEY_GRANT,
+  args: ["mcp"],
+  env: { ...env },
+  stderr: "inherit",
+});
+const client = new Client({ name: "parley-ts-test", version: "1.0.0" });
+client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => out({ step: "log", data: n.params.data }));
+await client.connect(transport);
+out({ step: "server", info: client.getServerVersion(), instructions: client.getInstructions() ?? "" });
+await client.setLoggingLevel("info");
+
+// call calls one tool. The SDK checks structured content against the tool's
+// output schema; a failure there, or any protocol error, is reported as
+// protocolError.
+async function call(step, name, args, waits = false) {
+  const opts = { timeout: 60000 };
+  if (waits) {
+    opts.onprogress = (p) => out({ step, progress: p.message ?? "" });
+    opts.resetTimeoutOnProgress = true;
+  }
+  try {
+    const res = await client.callTool({ name, arguments: args }, undefined, opts);
+    out({
+      step,
+      isError: Boolean(res.isError),
+      text: res.content.map((c) => c.text ?? "").join(""),
+      structured: res.structuredContent ?? null,
+    });
+    return res;
+  } catch (e) {
+    out({ step, protocolError: String(e?.message ?? e) });
+    return null;
+  }
+}
+
+const tools = await client.listTools();
+out({
+  step: "tools",
+  names: tools.tools.map((t) => t.name).sort(),
+  described: tools.tools.every((t) => (t.description ?? "").length > 80 && t.inputSchema && t.outputSchema),
+});
+
+await call("status", "parley_status", {});
+const g = await call("grant", "parley_request_grant", {
+  svc: ["shop.example"], can: ["shop.*"], per: "20.00USD", exp: "30m",
+});
+await call("refused", "parley_request_grant", { can: ["bank.*"] });
+await call("bad-argument", "parley_request_grant", { exp: "soon" });
+await call("explain", "parley_explain", { can: ["bank.*"] });
+await call("approved", "parley_request_grant", { can: ["mail.read"] }, true);
+const att = await call("attenuate", "parley_attenuate", {
+  token: g?.structuredContent?.token ?? "", to: env.PARLEY_TEST_SUBKEY, verbs: ["ASK"],
+});
+await call("inspect", "parley_inspect", { token: att?.structuredContent?.token ?? "" });
+await call("proof", "parley_proof", { aud: "shop.example", verb: "ASK", target: "shop.status" });
+// The consent frame as a JSON object, the proposals frame as the text the
+// service sent: the tool takes either.
+await call("consent", "parley_request_consent", {
+  service: "shop.example",
+  consent: JSON.parse(readFileSync(env.PARLEY_TEST_CONSENT, "utf8")),
+  proposal: readFileSync(env.PARLEY_TEST_PROPOSALS, "utf8"),
+}, true);
+out({ step: "done" });
+await client.close();
