@@ -23,6 +23,7 @@ func addDaemonCommands(root *cobra.Command) {
 	root.AddCommand(newIssueCmd(), newConsentCmd(), newExplainCmd(), newStatusCmd(),
 		newPendingCmd(), newApproveCmd(), newDenyCmd())
 	root.AddCommand(newApproverCmd())
+	root.AddCommand(newMCPCmd(), newGendocsCmd())
 }
 
 // dialDaemon connects to the daemon, turning the usual failures into a

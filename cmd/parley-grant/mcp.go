@@ -43,13 +43,13 @@ func newMCPCmd() *cobra.Command {
 		Long: `mcp runs a Model Context Protocol server on stdin and stdout, for agent
 clients that speak MCP. Its tools are the agent's operations:
 
-  parley_status           what this agent may ask for, and from whom
-  parley_request_grant    ask for a grant, as issue does
-  parley_explain          which rule would decide such a request
-  parley_request_consent  ask the human to consent to one proposal, as consent does
-  parley_attenuate        narrow a grant for a sub-agent key, as attenuate does
-  parley_inspect          show a grant's blocks, as inspect does
-  parley_proof            sign a proof of possession, as proof does
+    parley_status           what this agent may ask for, and from whom
+    parley_request_grant    ask for a grant, as issue does
+    parley_explain          which rule would decide such a request
+    parley_request_consent  ask the human to consent to one proposal, as consent does
+    parley_attenuate        narrow a grant for a sub-agent key, as attenuate does
+    parley_inspect          show a grant's blocks, as inspect does
+    parley_proof            sign a proof of possession, as proof does
 
 It reads the agent key (--key, $PARLEY_AGENT_KEY, ~/.config/parley/agent.key)
 and the socket (--socket, $PARLEY_KEYD_SOCKET) like the other commands, and
@@ -59,7 +59,8 @@ sent as MCP progress and log messages, written to stderr, and repeated in the
 result.
 
 Example client configuration:
-  {"command": "parley-grant", "args": ["mcp"]}`,
+
+    {"command": "parley-grant", "args": ["mcp"]}`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := interruptible()

@@ -78,6 +78,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newInitCmd(), newPubkeyCmd(), newServeCmd(), newAuditCmd(), newPolicyCmd(), newDemoCmd(), newPairCmd(), newDevicesCmd())
+	root.AddCommand(newInitCmd(), newPubkeyCmd(), newServeCmd(), newAuditCmd(), newPolicyCmd(), newDemoCmd(), newPairCmd(), newDevicesCmd(), newGendocsCmd())
 	return root
 }
