@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"os/user"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/parley-keyd/parley-keyd/keyd"
@@ -36,19 +39,52 @@ func dialDaemon() (*keyd.Client, error) {
 		return c, nil
 	case errors.Is(err, keyd.ErrNotRunning):
 		return nil, &exitError{code: exitNoDaemon, err: err,
-			hint: "start it with: parley-keyd serve (or: systemctl start parley-keyd.socket); or point --socket or " + keyd.SocketEnv + " at it"}
+			hint: "start it with: sudo systemctl start parley-keyd.socket (without systemd: parley-keyd serve); or point --socket or " + keyd.SocketEnv + " at it"}
 	case errors.Is(err, keyd.ErrPermission):
-		return nil, &exitError{code: exitNoDaemon, err: err,
-			hint: "an admin adds you to the socket's group: usermod -aG parley-agents " + currentUser()}
+		return nil, &exitError{code: exitNoDaemon, err: err, hint: permissionHint(path)}
 	}
 	return nil, &exitError{code: exitNoDaemon, err: fmt.Errorf("cannot reach parley-keyd at %s: %w", path, err)}
 }
 
+// currentUser names the user this process runs as, for commands in hints.
 func currentUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
 	if u := os.Getenv("USER"); u != "" {
 		return u
 	}
 	return "$USER"
+}
+
+// permissionHint says what gives this user access to the socket at path:
+// membership of the socket's group, and where the group may not write to it
+// either, a socket mode that lets it. Group membership takes effect at the
+// next login, which newcomers trip over, so the hint says so.
+func permissionHint(path string) string {
+	who := currentUser()
+	group, gid, mode := "parley-agents", uint32(1), os.FileMode(0o660)
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			gid = st.Gid
+			group = strconv.FormatUint(uint64(gid), 10)
+			if g, err := user.LookupGroupId(group); err == nil {
+				group = g.Name
+			}
+		}
+	}
+	join := fmt.Sprintf("sudo usermod -aG %s %s, then log in again (or run: newgrp %s)", group, who, group)
+	switch {
+	case gid == 0:
+		// Never suggest joining root's group: the socket needs a group of
+		// its own.
+		return "the socket's group is root: an admin gives it the group parley-agents (SocketGroup= in parley-keyd.socket) and runs: " +
+			"sudo usermod -aG parley-agents " + who + ", then you log in again"
+	case mode&0o020 == 0:
+		return fmt.Sprintf("the socket is mode %04o, so only its owner may connect: an admin sets socket_mode = \"0660\" in parley-keyd's config.toml, restarts it, and runs: %s", mode, join)
+	}
+	return "ask an admin to run: " + join
 }
 
 // daemonError maps the daemon's refusal codes to exit codes and hints.
@@ -66,9 +102,13 @@ func daemonError(err error) error {
 		ee.code = exitUnauthorized
 	case keyd.CodeForbidden:
 		ee.code = exitForbidden
-		if e.Rule != "" {
+		switch {
+		case e.Rule != "" && strings.Contains(e.Message, strconv.Quote(e.Rule)):
+			// The sentence names the rule already.
+			ee.err = fmt.Errorf("refused by policy: %s", e.Message)
+		case e.Rule != "":
 			ee.err = fmt.Errorf("refused by policy rule %q: %s", e.Rule, e.Message)
-		} else {
+		default:
 			ee.err = fmt.Errorf("refused: %s", e.Message)
 		}
 	case keyd.CodeDenied:

@@ -109,7 +109,7 @@ func (s *seenRequests) list() []keyd.PendingView {
 }
 
 // startDaemon serves policy on a new socket until the test ends. edit may
-// change the configuration first.
+// change the configuration first, the socket path among it.
 func startDaemon(t *testing.T, policy string, edit func(*keyd.Config)) *testDaemon {
 	t.Helper()
 	dir := t.TempDir()
@@ -124,6 +124,7 @@ func startDaemon(t *testing.T, policy string, edit func(*keyd.Config)) *testDaem
 	}
 	if edit != nil {
 		edit(cfg)
+		d.sock = cfg.Socket
 	}
 	pol, err := policies.Parse([]byte(policy), "policy.toml")
 	if err != nil {

@@ -60,6 +60,7 @@ func connectMCP(t *testing.T, keyPath string) *mcpSession {
 			s.progress[r.Params.ProgressToken] = append(s.progress[r.Params.ProgressToken], r.Params.Message)
 			s.mu.Unlock()
 		},
+		//lint:ignore SA1019 the server sends the match code as a log message too; this checks it arrives
 		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
 			s.mu.Lock()
 			s.logs = append(s.logs, r.Params.Data.(string))
@@ -103,6 +104,7 @@ func (s *mcpSession) start(name string, args any, progressToken any) <-chan call
 		defer cancel()
 		// The client asks for log messages on every request, as the
 		// 2026-07-28 protocol does it.
+		//lint:ignore SA1019 see LoggingMessageHandler above
 		p := &mcp.CallToolParams{Name: name, Arguments: args, Meta: mcp.Meta{mcp.MetaKeyLogLevel: "info"}}
 		if progressToken != nil {
 			p.SetProgressToken(progressToken)
