@@ -1,0 +1,11 @@
+//go:build !race
+
+package keyd
+
+// loadRequests is how many requests each of the load test's 200 clients
+// makes. The race detector makes every request several times slower, so a
+// build with it runs fewer (load_race_test.go).
+const (
+	loadRequests  = 500
+	loadOversized = 2 // frames over MaxFrame per client
+)

@@ -1,0 +1,10 @@
+//go:build race
+
+package keyd
+
+// Under the race detector, TestLoadMixed runs 40 requests per client instead
+// of 500: the same mix and the same checks in a time CI can afford.
+const (
+	loadRequests  = 40
+	loadOversized = 1
+)
