@@ -48,6 +48,13 @@ func Write(root *cobra.Command, dir, section, source string) error {
 		}
 	}
 	quiet(root)
+	// Cobra's own completion command needs no pages: the completions are
+	// installed. The binary still has it; only this process hides it.
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Hidden = true
+		}
+	}
 	header := &doc.GenManHeader{Section: section, Source: source, Manual: "parley-keyd manual"}
 	if err := doc.GenManTree(root, header, man); err != nil {
 		return fmt.Errorf("man pages: %w", err)
