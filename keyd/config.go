@@ -48,6 +48,9 @@ type Config struct {
 	ApprovalTimeout Duration `toml:"approval_timeout"`
 	// MaxConnections caps open connections; further ones are refused at accept.
 	MaxConnections int `toml:"max_connections"`
+	// MaxConnectionsPerUser caps the open connections of one uid, so that
+	// one agent cannot use them all and lock approvers out.
+	MaxConnectionsPerUser int `toml:"max_connections_per_user"`
 
 	Access Access `toml:"access"`
 	Phone  Phone  `toml:"phone"`
@@ -112,6 +115,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 const (
 	DefaultApprovalTimeout = 120 * time.Second
 	DefaultMaxConnections  = 4096
+	DefaultMaxPerUser      = 1024
 )
 
 // ParseConfig reads a configuration strictly: unknown keys and bad values are
@@ -138,8 +142,11 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
-	if c.MaxConnections < 0 {
-		return nil, fmt.Errorf("%s: max_connections must be positive", path)
+	if c.MaxConnectionsPerUser == 0 {
+		c.MaxConnectionsPerUser = min(DefaultMaxPerUser, c.MaxConnections)
+	}
+	if c.MaxConnections < 0 || c.MaxConnectionsPerUser < 0 {
+		return nil, fmt.Errorf("%s: max_connections and max_connections_per_user must be positive", path)
 	}
 	if c.SocketMode == "" {
 		c.SocketMode = "0660"

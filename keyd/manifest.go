@@ -76,6 +76,7 @@ var manifestVerbs = []ManifestVerb{
 
 func (c *conn) hello(f *Frame) (*Frame, error) {
 	cfg := c.s.cfg.Load()
+	r := cfg.roles(c.id)
 	pol := c.s.policy.Load()
 	m := Manifest{
 		Service: ManifestService{ID: "parley-keyd", Name: "parley-keyd",
@@ -84,9 +85,9 @@ func (c *conn) hello(f *Frame) (*Frame, error) {
 		Limits: ManifestLimits{Frame: MaxFrame, Inflight: maxInflight, Caveats: maxRequestCaveats,
 			ApprovalTimeout: int(cfg.ApprovalTimeout.Seconds()), ProofWindow: 300},
 		Channels: c.s.channels(),
-		Caller:   ManifestCaller{User: c.id.User, UID: c.id.UID, PID: c.id.PID, Weak: c.roles.Weak},
+		Caller:   ManifestCaller{User: c.id.User, UID: c.id.UID, PID: c.id.PID, Weak: r.Weak},
 	}
-	if c.roles.Agent {
+	if r.Agent {
 		m.Caller.Roles = append(m.Caller.Roles, "agent")
 		if name, ok := pol.AgentFor(c.caller("")); ok {
 			m.Caller.Agent = name
@@ -94,11 +95,11 @@ func (c *conn) hello(f *Frame) (*Frame, error) {
 		}
 		m.May = pol.Allowed(c.caller(""))
 	}
-	if c.roles.Approver {
+	if r.Approver {
 		m.Caller.Roles = append(m.Caller.Roles, "approver")
 	}
 	for _, v := range manifestVerbs {
-		if v.Role == "any" || (v.Role == "agent" && c.roles.Agent) || (v.Role == "approver" && c.roles.Approver) {
+		if v.Role == "any" || (v.Role == "agent" && r.Agent) || (v.Role == "approver" && r.Approver) {
 			m.Verbs = append(m.Verbs, v)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/policies"
@@ -67,7 +68,7 @@ func GrantDigest(raw []byte) (string, error) {
 }
 
 func (c *conn) requireAgent(verb string) error {
-	if !c.roles.Agent {
+	if !c.role().Agent {
 		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("user %s may approve but not ask for grants (%s)", c.id.User, verb)}
 	}
 	return nil
@@ -76,7 +77,7 @@ func (c *conn) requireAgent(verb string) error {
 func (c *conn) requireApprover(verb string) error {
 	// Property 4: an agent cannot approve its own request. The role comes
 	// from the kernel's uid, never from the frame.
-	if !c.roles.Approver {
+	if !c.role().Approver {
 		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("user %s is an agent and may not %s requests", c.id.User, strings.ToLower(verb)),
 			Fix: "a human approves with parley-grant approve, as a user listed in access.approver_users"}
 	}
@@ -233,6 +234,29 @@ func caveatsFromRequest(r policies.Request) []grant.Caveat {
 	return out
 }
 
+// maxAuditField bounds what one request may write into its audit record.
+// Attack: requests with huge caveat lists or summaries that fill the disk,
+// after which every grant is refused.
+const maxAuditField = 4096
+
+// boundedJSON returns raw, or when it is longer than maxAuditField a small
+// object with its size and SHA-256 in its place.
+func boundedJSON(raw json.RawMessage) json.RawMessage {
+	if len(raw) <= maxAuditField {
+		return raw
+	}
+	sum := sha256.Sum256(raw)
+	return mustJSON(map[string]any{"cut": true, "bytes": len(raw), "sha256": base64.RawURLEncoding.EncodeToString(sum[:])})
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage(`null`)
+	}
+	return b
+}
+
 func caveatsJSON(cavs []grant.Caveat) json.RawMessage {
 	if cavs == nil {
 		cavs = []grant.Caveat{}
@@ -305,7 +329,14 @@ func (c *conn) grantVerb(f *Frame) (*Frame, error) {
 	}
 	d := pol.Decide(c.caller(body.Holder), req)
 	rec := AuditRecord{Kind: "issue", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: body.Holder,
-		Requested: caveatsJSON(body.Caveats), Decision: string(d.Action), DecidedBy: &AuditDecider{Rule: d.Rule}}
+		Requested: boundedJSON(caveatsJSON(body.Caveats)), Decision: string(d.Action), DecidedBy: &AuditDecider{Rule: d.Rule}}
+	// fail records a request that ends in an error after it was decided,
+	// so that even an approval that led nowhere is in the log.
+	fail := func(err error) (*Frame, error) {
+		rec.Kind, rec.Message = AuditKindError, shortErr(err)
+		c.s.auditBestEffort(rec)
+		return nil, err
+	}
 	switch d.Action {
 	case policies.Auto:
 	case policies.Ask:
@@ -318,6 +349,12 @@ func (c *conn) grantVerb(f *Frame) (*Frame, error) {
 			c.s.auditBestEffort(rec)
 			return nil, err
 		}
+		// The human approved what the policy in force then decided. If the
+		// policy was reloaded meanwhile, that decision may no longer hold:
+		// fail closed and let the agent ask again.
+		if c.s.policy.Load() != pol {
+			return fail(&Error{Code: CodeConflict, Message: "the policy was reloaded while the request waited; ask again"})
+		}
 	default:
 		rec.Kind, rec.Message = "deny", d.Reason
 		c.s.auditBestEffort(rec)
@@ -327,21 +364,22 @@ func (c *conn) grantVerb(f *Frame) (*Frame, error) {
 	cavs := caveatsFromRequest(d.Grant)
 	// Property 3, checked again at the last moment: every issued grant
 	// expires, and carries only well-formed caveats of the spec's kinds.
+	now = c.s.now().Unix()
 	if d.Grant.Exp <= now {
-		return nil, fmt.Errorf("policy returned an expiry %d not after now %d", d.Grant.Exp, now)
+		return fail(&Error{Code: CodeExpired, Message: "the grant's expiry passed while the request waited"})
 	}
 	for _, cv := range cavs {
 		if !cv.Known() || cv.Check() != nil {
-			return nil, fmt.Errorf("refusing to sign caveat %s", cv.Name)
+			return fail(fmt.Errorf("refusing to sign caveat %s", cv.Name))
 		}
 	}
 	nonce, err := grant.NewNonce(rand.Reader)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	tok, err := grant.Issue(c.s.signer, holder, cavs, now, nonce)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), d.Grant.Exp
 	if len(d.Narrowed) > 0 {
@@ -540,8 +578,9 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 		c.s.auditBestEffort(rec)
 		return nil, e
 	}
-	if cr.Principal != "" && cr.Principal != c.s.principal {
-		return refuse(&Error{Code: CodeConflict, Message: "the consent request is for another principal"})
+	if cr.Principal != c.s.principal {
+		return refuse(&Error{Code: CodeConflict, Message: "the consent request is not for this daemon's principal",
+			Fix: "pass the consent_required error exactly as the service sent it; it names the principal"})
 	}
 	prop, err := grant.CheckConsent(cr, f.Service, propRaw, now)
 	if err != nil {
@@ -556,11 +595,20 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 		Risk: prop.Risk, Expires: prop.Expires, Now: now}
 	d := pol.DecideConsent(c.caller(f.Holder), facts)
 	rec.DecidedBy = &AuditDecider{Rule: d.Rule}
-	rec.Requested, _ = json.Marshal(cr)
+	// The summary is the service's words, possibly long: the log keeps a
+	// cut, neutralized copy; the hash binds the real proposal anyway.
+	logged := cr
+	logged.Summary = grant.SafeText(cr.Summary, 200)
+	rec.Requested = boundedJSON(mustJSON(logged))
+	fail := func(err error) (*Frame, error) {
+		rec.Kind, rec.Message = AuditKindError, shortErr(err)
+		c.s.auditBestEffort(rec)
+		return nil, err
+	}
 	if d.Action != policies.Ask {
 		return refuse(&Error{Code: CodeForbidden, Rule: d.Rule, Message: d.Reason})
 	}
-	view := c.renderConsent(rec.RequestID, agent, f.Holder, f.Service, prop, propRaw, d)
+	view := c.renderConsent(rec.RequestID, agent, f.Holder, f.Service, cr.Hash, prop, propRaw, d)
 	a, err := c.waitForHuman(f, view, agent, pol.MaxPending(agent), d.Channels, d.Strong)
 	rec.DecidedBy.Approver, rec.DecidedBy.Channel, rec.DecidedBy.Strength = a.Approver, a.Channel, strength(a)
 	rec.Decision = "ask"
@@ -569,23 +617,26 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 		c.s.auditBestEffort(rec)
 		return nil, err
 	}
+	if c.s.policy.Load() != pol {
+		return fail(&Error{Code: CodeConflict, Message: "the policy was reloaded while the request waited; ask again"})
+	}
 	// The consent never outlives the proposal, nor the policy's cap.
 	exp := min(cr.Expires, prop.Expires)
 	if d.Expires != 0 {
 		exp = min(exp, d.Expires)
 	}
 	if exp <= c.s.now().Unix() {
-		return nil, &Error{Code: CodeExpired, Message: "the proposal expired while waiting for approval"}
+		return fail(&Error{Code: CodeExpired, Message: "the proposal expired while waiting for approval"})
 	}
 	cr.Expires = exp
 	nonce, err := grant.NewNonce(rand.Reader)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	now = c.s.now().Unix()
 	tok, err := grant.IssueConsent(c.s.signer, holder, cr, now, nonce)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	cavs := grant.ConsentCaveats(f.Service, prop.Capability, cr.Hash, exp)
 	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), exp
@@ -639,7 +690,7 @@ func socketChannel(f *Frame) (string, error) {
 }
 
 func (c *conn) approver(channel string) Approval {
-	return Approval{Approver: fmt.Sprintf("%s (uid %d)", c.id.User, c.id.UID), Channel: channel, Weak: c.roles.Weak}
+	return Approval{Approver: fmt.Sprintf("%s (uid %d)", c.id.User, c.id.UID), Channel: channel, Weak: c.role().Weak}
 }
 
 func (c *conn) approve(f *Frame) (*Frame, error) {
@@ -670,30 +721,72 @@ func (c *conn) decideVerb(f *Frame, approve bool) (*Frame, error) {
 	return &Frame{Kind: KindOK}, nil
 }
 
-// watchNotifier streams queue news to an approver connection as EVENTs.
+// watchNotifier streams queue news to an approver connection as EVENTs. It
+// never blocks the request that reports the news: events go into a buffer
+// that the watch's own goroutine writes out. A watcher that falls that far
+// behind is cut off. Attack: an approver connection that stops reading, which
+// would otherwise stall every request for the write deadline.
 type watchNotifier struct {
-	c  *conn
+	events chan *Frame
+	lost   chan struct{}
+	once   sync.Once
+}
+
+const watchBuffer = 1024
+
+func (w *watchNotifier) push(f *Frame) {
+	select {
+	case w.events <- f:
+	default:
+		w.once.Do(func() { close(w.lost) })
+	}
+}
+
+func eventFrame(re, message string, data any) *Frame {
+	return &Frame{Kind: KindEvent, ID: "v" + re, Re: re, Message: message, Data: mustJSON(data)}
+}
+
+type watchFeed struct {
+	w  *watchNotifier
 	re string
 }
 
-func (w watchNotifier) Pending(v PendingView) { w.c.event(w.re, "pending", v) }
-func (w watchNotifier) Ended(id, outcome string) {
-	w.c.event(w.re, "ended", map[string]string{"id": id, "outcome": outcome})
+func (f watchFeed) Pending(v PendingView) { f.w.push(eventFrame(f.re, "pending", v)) }
+func (f watchFeed) Ended(id, outcome string) {
+	f.w.push(eventFrame(f.re, "ended", map[string]string{"id": id, "outcome": outcome}))
 }
 
 // watch streams every pending request and its end to an approver until the
 // connection closes: the desktop approver's feed. Its final reply comes only
-// when the daemon shuts down.
+// when the daemon shuts down. One WATCH per connection.
 func (c *conn) watch(f *Frame) (*Frame, error) {
 	if err := c.requireApprover(f.Verb); err != nil {
 		return nil, err
 	}
-	w := watchNotifier{c, f.ID}
-	cancel := c.s.queue.subscribe(w)
+	if !c.watching.CompareAndSwap(false, true) {
+		return nil, &Error{Code: CodeLimit, Message: "this connection is already watching"}
+	}
+	defer c.watching.Store(false)
+	w := &watchNotifier{events: make(chan *Frame, watchBuffer), lost: make(chan struct{})}
+	feed := watchFeed{w, f.ID}
+	cancel := c.s.queue.subscribe(feed)
 	defer cancel()
 	for _, v := range c.s.queue.list() {
-		w.Pending(v)
+		feed.Pending(v)
 	}
-	<-c.ctx.Done()
-	return &Frame{Kind: KindOK}, nil
+	for {
+		select {
+		case ev := <-w.events:
+			if !c.send(ev) {
+				return nil, nil
+			}
+		case <-w.lost:
+			c.s.logf("approver pid %d fell behind its WATCH feed; closing its connection", c.id.PID)
+			c.cancel()
+			c.nc.Close()
+			return nil, nil
+		case <-c.ctx.Done():
+			return &Frame{Kind: KindOK}, nil
+		}
+	}
 }

@@ -134,7 +134,8 @@ func (q *queue) add(v PendingView, agent string, maxPending int) (*pendingItem, 
 	q.mu.Lock()
 	// Attack: one agent flooding the human with approval requests, which
 	// also buries the requests of others. Cap what each agent has waiting.
-	if maxPending > 0 && q.perAgent[agent] >= maxPending {
+	// A limit of 0 means that none may wait: fail closed, never "unlimited".
+	if q.perAgent[agent] >= maxPending {
 		q.mu.Unlock()
 		return nil, &Error{Code: CodeLimit, Message: fmt.Sprintf("agent %q already has %d requests waiting for approval", agent, maxPending),
 			Fix: "wait for the human to answer the waiting requests", Retry: 30}

@@ -71,12 +71,12 @@ func (c *conn) renderGrant(id, agent, holder string, d policies.Decision) Pendin
 		fmt.Fprintf(&b, "Narrowed by the policy: %s\n", safe(n))
 	}
 	fmt.Fprintf(&b, "Policy rule %q asks you to decide.\n", safe(d.Rule))
-	if c.roles.Weak {
+	if c.role().Weak {
 		b.WriteString("Note: this agent's user may also approve, so an approval from that user is weak.\n")
 	}
 	return PendingView{
 		ID: id, Kind: "grant", Caller: c.view(), Agent: agent, Holder: holder, Rule: d.Rule,
-		Title: fmt.Sprintf("%s asks for a grant", safe(agent)),
+		Title: safe(fmt.Sprintf("%s asks for a grant", agent)),
 		Text:  grant.SafeLines(b.String(), maxTextDisplay),
 	}
 }
@@ -84,15 +84,15 @@ func (c *conn) renderGrant(id, agent, holder string, d policies.Decision) Pendin
 // renderConsent shows the proposal whose hash the daemon recomputed, in the
 // daemon's Lens rendering: effects, cost, risk, undo and expiry, not the
 // service's summary alone (§6.6).
-func (c *conn) renderConsent(id, agent, holder, service string, p *grant.Proposal, raw json.RawMessage, d policies.ConsentDecision) PendingView {
+func (c *conn) renderConsent(id, agent, holder, service, hash string, p *grant.Proposal, raw json.RawMessage, d policies.ConsentDecision) PendingView {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Request %s: consent to ONE action at %s\n", id, safe(service))
 	fmt.Fprintf(&b, "Asked by %s\n", c.whoLine(agent))
 	// Each service-written field is neutralized before it is placed, so a
 	// newline inside a summary cannot forge a line of the rendering.
-	lens, err := grant.DisplayProposal(raw, maxFieldDisplay)
+	lens, err := grant.DisplayProposal(hashedPart(raw), maxFieldDisplay)
 	if err != nil {
-		lens = fmt.Sprintf("[%s] %s (the proposal could not be rendered: %v)", safe(p.ID), safe(p.Summary), err)
+		lens = fmt.Sprintf("[%s] %s (the proposal could not be rendered: %s)", safe(p.ID), safe(p.Summary), safe(err.Error()))
 	}
 	b.WriteString(lens)
 	if !strings.HasSuffix(lens, "\n") {
@@ -100,18 +100,37 @@ func (c *conn) renderConsent(id, agent, holder, service string, p *grant.Proposa
 	}
 	cost := "free"
 	if p.Cost != nil {
-		cost = grant.FormatMoney(p.Cost.Amount, p.Cost.Currency)
+		cost = safe(grant.FormatMoney(p.Cost.Amount, p.Cost.Currency))
 	}
 	fmt.Fprintf(&b, "The proposal expires %s.\n", c.s.relTime(p.Expires))
 	fmt.Fprintf(&b, "The consent lets key %s COMMIT exactly this proposal (capability %s, hash %s), nothing else.\n",
-		shortKey(holder), safe(p.Capability), safe(p.Hash))
+		shortKey(holder), safe(p.Capability), safe(hash))
 	fmt.Fprintf(&b, "Policy rule %q asks you to decide.\n", safe(d.Rule))
-	if c.roles.Weak {
+	if c.role().Weak {
 		b.WriteString("Note: this agent's user may also approve, so an approval from that user is weak.\n")
 	}
 	return PendingView{
 		ID: id, Kind: "consent", Caller: c.view(), Agent: agent, Holder: holder, Rule: d.Rule,
-		Title: fmt.Sprintf("%s asks for consent: %s", safe(agent), cost),
+		Title: safe(fmt.Sprintf("%s asks for consent: %s", agent, cost)),
 		Text:  grant.SafeLines(b.String(), maxTextDisplay),
 	}
+}
+
+// hashedPart returns the proposal without "data" and "hash": exactly what
+// its hash covers (§5.1). "data" is not covered, so an agent could add words
+// of its own there ("this is a refund"); the human is never shown it.
+func hashedPart(raw json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return raw
+	}
+	delete(m, "data")
+	delete(m, "hash")
+	// The proposal rendering has a fixed layout, so the order of the
+	// top-level keys, lost here, does not change it.
+	out, err := json.Marshal(m)
+	if err != nil {
+		return raw
+	}
+	return out
 }

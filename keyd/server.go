@@ -16,6 +16,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/policies"
+	"golang.org/x/sync/semaphore"
 )
 
 // AuditSink is where the daemon records every decision. Append returns only
@@ -60,6 +61,7 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
 	closing   bool
+	perUID    map[uint32]int
 	wg        sync.WaitGroup
 	nconns    atomic.Int64
 }
@@ -85,6 +87,7 @@ func NewServer(o Options) (*Server, error) {
 		limiter:   policies.NewLimiter(),
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
+		perUID:    map[uint32]int{},
 	}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
@@ -215,6 +218,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
+// maxInflightBytes caps the frame bytes that the handlers of one connection
+// hold at once. Attack: a client that pipelines 64 frames of 1 MiB and never
+// reads its replies, so that every handler keeps its frame while its reply
+// waits to be written. Past the cap the daemon stops reading that connection
+// until its handlers finish.
+const maxInflightBytes = 2 * MaxFrame
+
 // maxInflight caps concurrent requests on one connection. Attack: a client
 // pipelining thousands of frames to make the daemon hold thousands of
 // goroutines. Beyond it, a request is answered with "limit" at once.
@@ -224,12 +234,13 @@ type conn struct {
 	s        *Server
 	nc       *net.UnixConn
 	id       Identity
-	roles    Roles
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wmu      sync.Mutex
 	handlers sync.WaitGroup
 	sem      chan struct{}
+	bytes    *semaphore.Weighted
+	watching atomic.Bool
 	idsMu    sync.Mutex
 	ids      map[string]bool
 }
@@ -259,9 +270,17 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 			Fix:     "an admin adds the user to access.agent_users or access.approver_users in the daemon's configuration"})
 		return
 	}
+	// Attack: one agent user opening thousands of connections, so that
+	// approvers can no longer connect. Each uid gets a share; the global
+	// cap stays for everyone else.
+	if !s.claimUID(id.UID, cfg.MaxConnectionsPerUser) {
+		s.writeRefusal(nc, &Error{Code: CodeLimit, Message: fmt.Sprintf("user %s has too many open connections", id.User), Retry: 1})
+		return
+	}
+	defer s.releaseUID(id.UID)
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{s: s, nc: nc, id: id, roles: roles, ctx: ctx, cancel: cancel,
-		sem: make(chan struct{}, maxInflight), ids: map[string]bool{}}
+	c := &conn{s: s, nc: nc, id: id, ctx: ctx, cancel: cancel,
+		sem: make(chan struct{}, maxInflight), bytes: semaphore.NewWeighted(maxInflightBytes), ids: map[string]bool{}}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -279,6 +298,24 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 		s.mu.Unlock()
 	}()
 	c.readLoop()
+}
+
+func (s *Server) claimUID(uid uint32, max int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.perUID[uid] >= max {
+		return false
+	}
+	s.perUID[uid]++
+	return true
+}
+
+func (s *Server) releaseUID(uid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.perUID[uid]--; s.perUID[uid] <= 0 {
+		delete(s.perUID, uid)
+	}
 }
 
 // writeRefusal answers a connection that will not be served with one ERROR
@@ -342,9 +379,16 @@ func (c *conn) readLoop() {
 			c.send(errorFrame(f.ID, &Error{Code: CodeLimit, Message: "too many requests in flight on this connection", Retry: 1}))
 			continue
 		}
+		size := int64(len(line))
+		if err := c.bytes.Acquire(c.ctx, size); err != nil {
+			<-c.sem
+			c.releaseID(f.ID)
+			return
+		}
 		c.handlers.Add(1)
 		go func(f Frame) {
 			defer c.handlers.Done()
+			defer c.bytes.Release(size)
 			defer func() { <-c.sem }()
 			defer c.releaseID(f.ID)
 			defer func() {
@@ -375,6 +419,10 @@ func (c *conn) readLoop() {
 	}
 }
 
+// role returns the caller's roles under the configuration in force now, so
+// that a reload that takes a role away applies to connections already open.
+func (c *conn) role() Roles { return c.s.cfg.Load().roles(c.id) }
+
 func (c *conn) claimID(id string) bool {
 	c.idsMu.Lock()
 	defer c.idsMu.Unlock()
@@ -402,7 +450,11 @@ func (c *conn) send(f *Frame) bool {
 	defer c.wmu.Unlock()
 	c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	if _, err := c.nc.Write(b); err != nil {
+		// A client that does not read its replies is cut off at once:
+		// closing the socket makes every queued send fail fast instead
+		// of each waiting out its own deadline while holding its frame.
 		c.cancel()
+		c.nc.Close()
 		return false
 	}
 	return true

@@ -27,6 +27,7 @@ gid = [500]
 
 [[agent]]
 name = "by-unit"
+uid = [7]
 unit = ["agent@*"]
 
 [[agent]]
@@ -35,6 +36,7 @@ key = ["`+key+`"]
 
 [[agent]]
 name = "exe-dir"
+uid = [7]
 exe = ["/opt/agents/*"]
 `)
 	tests := []struct {

@@ -460,6 +460,18 @@ func (d *decoder) agent(t *node, p *Policy) (*agent, error) {
 		// An agent with no matcher would match everyone by accident.
 		return nil, d.errorf(t.line, "agent %q names no user, uid, group, gid, exe, unit or key; write any = true to match every caller", name)
 	}
+	// Attack: any user the daemon lets connect can start a program at a
+	// chosen path, or in a systemd unit of a chosen name (systemd-run
+	// --user), so exe and unit alone identify nobody. They may only narrow
+	// an identity the kernel or a proven key vouches for.
+	strong := a.users != nil || a.uids != nil || a.groups != nil || a.gids != nil || a.keys != nil
+	if (a.exes != nil || a.units != nil) && !strong {
+		key := "exe"
+		if a.exes == nil {
+			key = "unit"
+		}
+		return nil, d.errorf(t.vals[key].line, "agent %q: %s can be chosen by any local user, so it only narrows an agent; add user, uid, group, gid or key", name, key)
+	}
 	return a, nil
 }
 

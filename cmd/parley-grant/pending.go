@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
 )
@@ -62,8 +63,10 @@ func newPendingCmd() *cobra.Command {
 func printPending(v keyd.PendingView) { printPendingTo(os.Stdout, v) }
 
 func printPendingTo(w io.Writer, v keyd.PendingView) {
-	fmt.Fprintf(w, "%s — %s (approve before %s)\n", v.ID, v.Title, time.Unix(v.Expires, 0).Format("15:04:05"))
-	fmt.Fprint(w, v.Text)
+	// The daemon made these safe already; a terminal gets them through the
+	// same neutralizer once more, in case a daemon or proxy did not.
+	fmt.Fprintf(w, "%s — %s (approve before %s)\n", grant.SafeText(v.ID, 64), grant.SafeText(v.Title, 200), time.Unix(v.Expires, 0).Format("15:04:05"))
+	fmt.Fprint(w, grant.SafeLines(v.Text, 8000))
 	if v.Strong {
 		fmt.Fprintln(w, "Only a strong channel may approve it.")
 	}
