@@ -32,8 +32,9 @@ When a service answers a COMMIT with consent_required, call parley_request_conse
 Refusals are tool errors whose first line is "<code>: <sentence>"; a "fix:" line says what to do.`
 
 // progressEvery is how often a waiting tool call repeats the match code,
-// which also keeps clients that reset their timeout on progress waiting.
-const progressEvery = 15 * time.Second
+// which also keeps clients that reset their timeout on progress waiting. A
+// variable for tests.
+var progressEvery = 15 * time.Second
 
 func newMCPCmd() *cobra.Command {
 	var keyPath string
@@ -129,7 +130,26 @@ func newMCPServer(keyPath string) *mcp.Server {
 		Description: "Sign the proof of possession that must go with grants in a Parley request (§6.5), with this " +
 			"agent's key: {key, ts, sig}, accepted for 300 s. aud is the service id. target depends on verb: " +
 			"COMMIT the proposal hash; UNDO the receipt id; ASK and INTENT the capability; EXPAND the handle."}, t.proof)
+	s.AddReceivingMiddleware(codeEveryToolError)
 	return s
+}
+
+// codeEveryToolError gives the tool errors that the SDK makes itself, for
+// arguments that do not fit a tool's input schema, the same first line as
+// the tools' own: "invalid_params: …".
+func codeEveryToolError(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		r, ok := res.(*mcp.CallToolResult)
+		if !ok || !r.IsError || len(r.Content) != 1 {
+			return res, err
+		}
+		var te *toolError
+		if tc, ok := r.Content[0].(*mcp.TextContent); ok && !errors.As(r.GetError(), &te) {
+			tc.Text = string(keyd.CodeInvalidParams) + ": " + tc.Text
+		}
+		return res, err
+	}
 }
 
 // toolError is a refusal as an MCP tool error (never a protocol error): the

@@ -34,6 +34,7 @@ type mcpSession struct {
 	cs       *mcp.ClientSession
 	mu       sync.Mutex
 	progress map[any][]string // by progress token
+	steps    map[any][]float64
 	logs     []string
 }
 
@@ -47,7 +48,7 @@ func connectMCP(t *testing.T, keyPath string) *mcpSession {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	s := &mcpSession{progress: map[any][]string{}}
+	s := &mcpSession{progress: map[any][]string{}, steps: map[any][]float64{}}
 	ct, st := mcp.NewInMemoryTransports()
 	ss, err := newMCPServer(keyPath).Connect(ctx, st, nil)
 	if err != nil {
@@ -58,6 +59,7 @@ func connectMCP(t *testing.T, keyPath string) *mcpSession {
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			s.mu.Lock()
 			s.progress[r.Params.ProgressToken] = append(s.progress[r.Params.ProgressToken], r.Params.Message)
+			s.steps[r.Params.ProgressToken] = append(s.steps[r.Params.ProgressToken], r.Params.Progress)
 			s.mu.Unlock()
 		},
 		//lint:ignore SA1019 the server sends the match code as a log message too; this checks it arrives
@@ -226,6 +228,11 @@ func TestMCPTools(t *testing.T) {
 			t.Errorf("%q does not name the argument as the tool calls it", text)
 		}
 		toolErr(t, s.call(t, "parley_inspect", map[string]any{"token": "pg1.AAAA"}, nil), "invalid_params")
+		// Arguments the input schema refuses never reach the tool, and are
+		// refused in the same form.
+		toolErr(t, s.call(t, "parley_request_grant", map[string]any{"can": "shop.*"}, nil), "invalid_params")
+		toolErr(t, s.call(t, "parley_request_grant", map[string]any{"bogus": 1}, nil), "invalid_params")
+		toolErr(t, s.call(t, "parley_request_consent", map[string]any{"service": "shop.example"}, nil), "invalid_params")
 		toolErr(t, s.call(t, "parley_proof", map[string]any{"aud": "a", "verb": "COMMIT", "target": "x"}, nil), "invalid_params")
 	})
 
@@ -245,6 +252,26 @@ func TestMCPTools(t *testing.T) {
 		text := toolErr(t, (<-done).check(t), "denied")
 		if !strings.Contains(text, "match code: "+code+" (request "+id+")") {
 			t.Errorf("denial %q does not name the code", text)
+		}
+	})
+
+	t.Run("ok/code-repeated-while-waiting", func(t *testing.T) {
+		defer func(d time.Duration) { progressEvery = d }(progressEvery)
+		progressEvery = 5 * time.Millisecond
+		done := s.start("parley_request_grant", map[string]any{"can": []string{"mail.list"}}, "p4")
+		var steps []float64
+		waitUntil(t, "the match code repeated", func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			steps = slices.Clone(s.steps["p4"])
+			return len(steps) >= 3
+		})
+		approveFromMessages(t, d, s, "p4", false)
+		toolErr(t, (<-done).check(t), "denied")
+		for i := 1; i < len(steps); i++ {
+			if steps[i] <= steps[i-1] {
+				t.Errorf("progress does not increase: %v", steps)
+			}
 		}
 	})
 
