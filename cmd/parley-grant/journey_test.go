@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/keyfile"
+	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/internal/testservice"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/policies"
@@ -323,7 +325,7 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
+		testpeer.Unavailable(t, fmt.Sprintf("needs a pseudo-terminal for the human's approval: %v", err))
 	}
 	fd := int(m.Fd())
 	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
