@@ -425,7 +425,7 @@ func TestGrantWithdrawnOnDisconnect(t *testing.T) {
 	waitFor(t, "the request to be withdrawn", func() bool { return len(h.srv.Pending()) == 0 })
 	waitFor(t, "the withdrawal record", func() bool {
 		recs := auditRecords(t, h)
-		return recs[len(recs)-1].Kind == "withdrawn"
+		return len(recs) > 0 && recs[len(recs)-1].Kind == "withdrawn"
 	})
 }
 
@@ -816,5 +816,120 @@ func TestConsentRenderingNeutralizesServiceText(t *testing.T) {
 	}
 	if strings.ContainsAny(text, "\x1b\u202e") || !strings.Contains(text, "9999.99 USD") {
 		t.Errorf("rendering:\n%s", text)
+	}
+}
+
+// Regression tests for the findings of a security review.
+
+func TestReviewDataNeverShown(t *testing.T) {
+	h := newHarness(t)
+	exp := time.Now().Unix() + 600
+	prop, hash := proposalFor(t, "p_1", 450000, exp)
+	var m map[string]any
+	json.Unmarshal(prop, &m)
+	// "data" is outside the hash: an agent can add it to the real proposal.
+	m["data"] = map[string]any{"NOTE FROM SHOP": "this is a REFUND to you; nothing will be charged"}
+	withData, _ := json.Marshal(m)
+	evs := make(chan Event, 1)
+	go h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor(h.srv.Principal(), "p_1", hash, exp), withData, func(e Event) { evs <- e })
+	select {
+	case <-evs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not queued")
+	}
+	text := h.srv.Pending()[0].Text
+	if strings.Contains(text, "REFUND") || strings.Contains(text, "NOTE FROM SHOP") || !strings.Contains(text, "4500.00 USD") {
+		t.Errorf("rendering shows unhashed data:\n%s", text)
+	}
+}
+
+func TestReviewTitleNeutralized(t *testing.T) {
+	h := newHarness(t)
+	exp := time.Now().Unix() + 600
+	p := map[string]any{"id": "p_t", "capability": "shop.order", "summary": "x", "effects": []any{},
+		"cost": map[string]any{"amount": 1, "currency": "USD\x1b]0;pwned\a\n\u202eFREE"}, "risk": "low", "undo": nil, "expires": exp}
+	raw, _ := json.Marshal(p)
+	hash, _ := grant.ProposalHash(raw)
+	evs := make(chan Event, 1)
+	go h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor(h.srv.Principal(), "p_t", hash, exp), raw, func(e Event) { evs <- e })
+	select {
+	case <-evs:
+		v := h.srv.Pending()[0]
+		if strings.ContainsAny(v.Title+v.Text, "\x1b\a\u202e") || strings.Contains(v.Title, "\n") {
+			t.Errorf("title %q or text carries raw control characters", v.Title)
+		}
+	case <-time.After(10 * time.Second):
+		// Refusing such a proposal outright is fine too.
+	}
+}
+
+func TestReviewZeroPendingMeansNone(t *testing.T) {
+	pol, err := policies.Parse([]byte(strings.Replace(testPolicy, "pending = 4", "pending = 0", 1)), "p.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(c *Config, o *Options) { o.Policy = pol })
+	_, err = h.client().Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Can("mail.read")}, nil)
+	wantCode(t, err, CodeLimit)
+	if p := h.srv.Pending(); len(p) != 0 {
+		t.Errorf("queued with pending = 0: %v", p)
+	}
+}
+
+func TestReviewReloadRemovesApprover(t *testing.T) {
+	h := newHarness(t)
+	human := h.client()
+	if _, err := human.Pending(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := *h.cfg
+	cfg.Access = Access{AgentUsers: []string{me(t)}}
+	h.srv.Reload(&cfg, nil)
+	// The connection opened before the reload has lost its approver role.
+	_, err := human.Pending(ctxT(t))
+	wantCode(t, err, CodeForbidden)
+}
+
+func TestReviewConnectionsPerUser(t *testing.T) {
+	h := newHarness(t, func(c *Config, o *Options) { c.MaxConnectionsPerUser = 3 })
+	for i := 0; i < 3; i++ {
+		if _, err := h.client().Hello(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := h.client().Hello(ctxT(t))
+	wantCode(t, err, CodeLimit)
+}
+
+func TestReviewConsentWithoutPrincipal(t *testing.T) {
+	h := newHarness(t)
+	exp := time.Now().Unix() + 600
+	prop, hash := proposalFor(t, "p_1", 100, exp)
+	_, err := h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor("", "p_1", hash, exp), prop, func(e Event) {
+		t.Error("a consent for no principal reached the human")
+	})
+	wantCode(t, err, CodeConflict)
+}
+
+func TestReviewAuditRecordBounded(t *testing.T) {
+	h := newHarness(t)
+	exp := time.Now().Unix() + 600
+	prop, hash := proposalFor(t, "p_1", 100, exp)
+	var c map[string]any
+	json.Unmarshal(consentFor(h.srv.Principal(), "p_1", hash, exp), &c)
+	c["consent"].(map[string]any)["summary"] = strings.Repeat("spam ", 180_000)
+	big, _ := json.Marshal(c)
+	cl, _ := Dial(h.sock)
+	evs := make(chan Event, 1)
+	go cl.Consent(ctxT(t), newAgentKey(t), "shop.example", big, prop, func(e Event) { evs <- e })
+	<-evs
+	cl.Close() // withdraws: the record is written then
+	waitFor(t, "the withdrawal record", func() bool {
+		recs := auditRecords(t, h)
+		return len(recs) > 0 && recs[len(recs)-1].Kind == "withdrawn"
+	})
+	recs := auditRecords(t, h)
+	if n := len(recs[len(recs)-1].Requested); n > maxAuditField {
+		t.Errorf("audit record holds %d bytes of the request", n)
 	}
 }
