@@ -13,9 +13,13 @@ USERUNITDIR ?= $(PREFIX)/lib/systemd/user
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 CONFDIR     ?= /etc/parley-keyd
+MANDIR      ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build test lint unit demo install bench fuzz clean
+.PHONY: build test lint unit demo install install-docs docs bench fuzz clean
 
 build:
 	$(GO) build -o bin/ ./cmd/parley-keyd ./cmd/parley-grant
@@ -36,7 +40,22 @@ demo:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./grant/
 
-install: build
+# Man pages and bash, zsh and fish completions, generated from the commands.
+# Set SOURCE_DATE_EPOCH for reproducible dates in the pages.
+docs: build
+	rm -rf bin/docs
+	bin/parley-grant gendocs --dir bin/docs
+	bin/parley-keyd gendocs --dir bin/docs
+
+install-docs: docs
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	install -m 0644 bin/docs/man/man1/*.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 bin/docs/man/man8/*.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 bin/docs/completion/bash/parley-grant bin/docs/completion/bash/parley-keyd $(DESTDIR)$(BASHCOMPDIR)/
+	install -m 0644 bin/docs/completion/zsh/_parley-grant bin/docs/completion/zsh/_parley-keyd $(DESTDIR)$(ZSHCOMPDIR)/
+	install -m 0644 bin/docs/completion/fish/parley-grant.fish bin/docs/completion/fish/parley-keyd.fish $(DESTDIR)$(FISHCOMPDIR)/
+
+install: build install-docs
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR)
 	install -m 0755 bin/parley-keyd bin/parley-grant $(DESTDIR)$(BINDIR)/
 	sed 's|@BINDIR@|$(BINDIR)|g; s|@CONFDIR@|$(CONFDIR)|g' dist/parley-keyd.service > $(DESTDIR)$(UNITDIR)/parley-keyd.service

@@ -24,6 +24,9 @@ func TestMakeInstall(t *testing.T) {
 		"usr/lib/systemd/system/parley-keyd.service", "usr/lib/systemd/system/parley-keyd.socket",
 		"usr/lib/sysusers.d/parley-keyd.conf", "usr/lib/tmpfiles.d/parley-keyd.conf",
 		"usr/lib/systemd/user/parley-grant-approver.service",
+		"usr/share/man/man1/parley-grant.1", "usr/share/man/man8/parley-keyd.8",
+		"usr/share/bash-completion/completions/parley-grant", "usr/share/zsh/site-functions/_parley-keyd",
+		"usr/share/fish/vendor_completions.d/parley-grant.fish",
 	} {
 		if _, err := os.Stat(filepath.Join(dest, f)); err != nil {
 			t.Errorf("not installed: %s", f)
