@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -10,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
 )
@@ -143,4 +146,22 @@ func showWaiting(e keyd.Event) {
 	}
 	fmt.Fprintf(os.Stderr, "parley-grant: waiting for approval of %s on %v%s\n", e.Request, e.Channels, strong)
 	fmt.Fprintf(os.Stderr, "parley-grant: match code: %s  (the approver must enter this code)\n", e.Code)
+}
+
+// agentRequest is the common start of issue and explain: the agent key, the
+// caveats the flags ask for, and a connection to the daemon.
+func agentRequest(cf *caveatFlags, keyPath, command string) (ed25519.PrivateKey, []grant.Caveat, *keyd.Client, error) {
+	key, err := loadAgentKey(keyPath)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cavs, err := cf.caveats(time.Now())
+	if err != nil {
+		return nil, nil, nil, usage(err, "run parley-grant "+command+" --help for the caveat flags")
+	}
+	c, err := dialDaemon()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return key, cavs, c, nil
 }

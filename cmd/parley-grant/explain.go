@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/spf13/cobra"
@@ -22,15 +21,7 @@ func newExplainCmd() *cobra.Command {
 decide the request and what it would issue after narrowing. Nothing is signed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := loadAgentKey(keyPath)
-			if err != nil {
-				return err
-			}
-			cavs, err := cf.caveats(time.Now())
-			if err != nil {
-				return usage(err, "run parley-grant explain --help for the caveat flags")
-			}
-			c, err := dialDaemon()
+			key, cavs, c, err := agentRequest(&cf, keyPath, "explain")
 			if err != nil {
 				return err
 			}

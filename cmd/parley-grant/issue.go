@@ -26,15 +26,7 @@ Example:
   parley-grant issue --can 'calendar.*' --exp 1h`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := loadAgentKey(keyPath)
-			if err != nil {
-				return err
-			}
-			cavs, err := cf.caveats(time.Now())
-			if err != nil {
-				return usage(err, "run parley-grant issue --help for the caveat flags")
-			}
-			c, err := dialDaemon()
+			key, cavs, c, err := agentRequest(&cf, keyPath, "issue")
 			if err != nil {
 				return err
 			}
