@@ -96,6 +96,7 @@ type throughput struct {
 	Elapsed              time.Duration
 	PerSec               float64
 	ServerCPU, ClientCPU time.Duration
+	Start, End           time.Time // the counted window
 }
 
 // measureThroughput runs one goroutine per client, each issuing requests on
@@ -146,5 +147,5 @@ func measureThroughput(pid int, clients []op, d time.Duration) (throughput, erro
 		return throughput{}, cpuErr
 	}
 	return throughput{Clients: len(clients), Requests: n, Elapsed: elapsed, PerSec: float64(n) / elapsed.Seconds(),
-		ServerCPU: server, ClientCPU: client}, nil
+		ServerCPU: server, ClientCPU: client, Start: t0, End: t0.Add(elapsed)}, nil
 }

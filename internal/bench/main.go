@@ -23,6 +23,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -82,6 +83,10 @@ type Figures struct {
 	ReadyMedian     time.Duration
 	Ready           []time.Duration
 	AuditRecords    string
+	// AuditBatch is the mean number of issue records committed by one
+	// write and fsync during the throughput run: the records of one group
+	// commit share their time stamp.
+	AuditBatch float64
 }
 
 func run() error {
@@ -194,6 +199,9 @@ func run() error {
 		return fmt.Errorf("parley-keyd: %w", err)
 	}
 	if err := d.stop(); err != nil {
+		return err
+	}
+	if fig.AuditBatch, err = auditBatch(filepath.Join(state, "audit.log"), fig.KeydThroughput.Start, fig.KeydThroughput.End); err != nil {
 		return err
 	}
 	out, err := exec.Command(bin, "audit", "verify", "--state", state).CombinedOutput()
@@ -315,6 +323,39 @@ func sshClients(a *sshAgent, n int) ([]op, func(), error) {
 		})
 	}
 	return ops, closeAll, nil
+}
+
+// auditBatch reads the audit log and returns the mean number of issue
+// records per group commit among those written between from and to.
+func auditBatch(path string, from, to time.Time) (float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 4<<20)
+	records := 0
+	groups := map[string]bool{}
+	for sc.Scan() {
+		var rec struct{ Kind, Time string }
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			return 0, fmt.Errorf("%s: %w", path, err)
+		}
+		t, err := time.Parse(time.RFC3339Nano, rec.Time)
+		if err != nil || rec.Kind != keyd.AuditKindIssue || t.Before(from) || t.After(to) {
+			continue
+		}
+		records++
+		groups[rec.Time] = true
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if len(groups) == 0 {
+		return 0, fmt.Errorf("%s: no records written during the throughput run", path)
+	}
+	return float64(records) / float64(len(groups)), nil
 }
 
 // startPerf records the daemon's CPU profile with perf until the returned

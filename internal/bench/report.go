@@ -57,6 +57,7 @@ func report(w io.Writer, f *Figures) {
 	fmt.Fprintf(w, "\nrequests: parley-keyd %d in sequence, %d in %v with %d clients; ssh-agent %d in sequence, %d in %v\n",
 		f.KeydLatency.N, f.KeydThroughput.Requests, f.KeydThroughput.Elapsed.Round(time.Millisecond), f.KeydThroughput.Clients,
 		f.SSHLatency.N, f.SSHThroughput.Requests, f.SSHThroughput.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "audit records per group commit (one write and fsync) with %d clients: %.1f\n", f.KeydThroughput.Clients, f.AuditBatch)
 	fmt.Fprintf(w, "ready times: %v\n", f.Ready)
 	fmt.Fprintf(w, "resident memory with %d idle connections, first and second time: %v KiB\n", f.Conns, f.ConnsRounds)
 	fmt.Fprintf(w, "audit log after the run: %s\n", f.AuditRecords)
