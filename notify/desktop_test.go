@@ -853,7 +853,7 @@ const agentHelperEnv = "PARLEY_DESKTOP_AGENT"
 func TestDesktopAgentHelper(t *testing.T) {
 	sock := os.Getenv(agentHelperEnv)
 	if sock == "" {
-		t.Skip("helper process only")
+		return // an ordinary test run: this runs only as a helper process
 	}
 	c, err := keyd.Dial(sock)
 	if err != nil {

@@ -431,7 +431,7 @@ func TestE2ENotDumpable(t *testing.T) {
 func TestAgentLoopHelper(t *testing.T) {
 	arg := os.Getenv("PARLEY_E2E_LOOP")
 	if arg == "" {
-		t.Skip("helper process only")
+		return // an ordinary test run: this runs only as a helper process
 	}
 	sock, keyPath, _ := strings.Cut(arg, ",")
 	b, err := os.ReadFile(keyPath)

@@ -43,7 +43,7 @@ const faultHelperEnv = "PARLEY_FAULT_AGENT"
 func TestFaultAgentHelper(t *testing.T) {
 	arg := os.Getenv(faultHelperEnv)
 	if arg == "" {
-		t.Skip("helper process only")
+		return // an ordinary test run: this runs only as a helper process
 	}
 	parts := strings.Split(arg, ",")
 	if len(parts) != 3 {

@@ -6,13 +6,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 )
 
 // TestMakeInstall installs into a DESTDIR and checks what landed where, and
 // that systemd-sysusers accepts the sysusers.d file.
 func TestMakeInstall(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("needs make")
+		testpeer.Unavailable(t, "needs make")
 	}
 	dest := t.TempDir()
 	cmd := exec.Command("make", "-C", "../..", "install", "DESTDIR="+dest, "PREFIX=/usr")
