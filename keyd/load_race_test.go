@@ -7,4 +7,7 @@ package keyd
 const (
 	loadRequests  = 40
 	loadOversized = 1
+	// The race detector's runtime keeps more garbage (sync.Pool mostly
+	// empty): a run peaks around 140 MiB.
+	loadPeakHeap = 384 << 20
 )
