@@ -42,6 +42,8 @@ func report(w io.Writer, f *Figures) {
 	fmt.Fprintf(tw, "resident memory, idle\t%s\t%s\t\t≤ %s: %s\t\n", mib(f.IdleRSSKiB), mib(f.SSHIdleRSSKiB), mib(goalIdleKiB), verdict(f.IdleRSSKiB <= goalIdleKiB))
 	fmt.Fprintf(tw, "resident memory, %d idle connections\t%s\t\t\t≤ %s: %s\t\n", f.Conns, mib(f.ConnsRSSKiB), mib(goalConnsKiB), verdict(f.ConnsRSSKiB <= goalConnsKiB))
 	fmt.Fprintf(tw, "exec to first HELLO, median of %d\t%s\t\t\t< %v: %s\t\n", len(f.Ready), ms(f.ReadyMedian), goalReady, verdict(f.ReadyMedian < goalReady))
+	fmt.Fprintf(tw, "the same with %d audit records, median of %d\t%s\t\t\t< %v: %s\t\n", f.ReadyLogRecords, len(f.ReadyLog), ms(f.ReadyLogMedian),
+		goalReady, verdict(f.ReadyLogMedian < goalReady))
 	tw.Flush()
 
 	if len(f.Verify) > 0 {
