@@ -247,21 +247,52 @@ func (f logfWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// limitListener holds at most cap(sem) connections open; further ones wait
-// in the kernel's backlog.
+// maxPhoneConnsPerAddr caps the connections one address may hold open.
+// Attack: a local agent holding every connection slot with keep-alives, so
+// that the human's phone, the only strong channel, cannot load the page.
+const maxPhoneConnsPerAddr = 4
+
+// limitListener holds at most cap(sem) connections open, and at most
+// maxPhoneConnsPerAddr from one address; further ones wait in the kernel's
+// backlog, or, past the per-address cap, are closed at once.
 type limitListener struct {
 	net.Listener
-	sem chan struct{}
+	sem   chan struct{}
+	mu    sync.Mutex
+	perIP map[string]int
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	l.sem <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
+	for {
+		l.sem <- struct{}{}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			<-l.sem
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		l.mu.Lock()
+		if l.perIP == nil {
+			l.perIP = map[string]int{}
+		}
+		if l.perIP[host] >= maxPhoneConnsPerAddr {
+			l.mu.Unlock()
+			c.Close()
+			<-l.sem
+			continue
+		}
+		l.perIP[host]++
+		l.mu.Unlock()
+		release := sync.OnceFunc(func() {
+			l.mu.Lock()
+			if l.perIP[host]--; l.perIP[host] <= 0 {
+				delete(l.perIP, host)
+			}
+			l.mu.Unlock()
+			<-l.sem
+		})
+		return &limitConn{Conn: c, release: release}, nil
 	}
-	return &limitConn{Conn: c, release: sync.OnceFunc(func() { <-l.sem })}, nil
 }
 
 type limitConn struct {
@@ -487,7 +518,7 @@ func remaining(d time.Duration) string {
 func (p *Phone) decide(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	refuse := func(msg string) {
-		p.logf("phone page: refused a decision on %s from %s (origin %q): %s", truncate(id, 40), r.RemoteAddr, truncate(r.Header.Get("Origin"), 80), msg)
+		p.logf("phone page: refused a decision on %q from %s (origin %q): %s", truncate(id, 40), r.RemoteAddr, truncate(r.Header.Get("Origin"), 80), msg)
 		p.message(w, http.StatusForbidden, "bad", "Refused", msg)
 	}
 	// The strong-channel property: an agent on this machine may reach the
@@ -549,7 +580,7 @@ func (p *Phone) decide(w http.ResponseWriter, r *http.Request) {
 		p.render(w, http.StatusForbidden, "message", page{Heading: "Refused", Kind: "bad", Device: dev.Name, Back: true,
 			Lines: []string{ke.Message}})
 	default:
-		p.logf("phone page: deciding %s: %v", id, err)
+		p.logf("phone page: deciding %q: %v", id, err)
 		p.message(w, http.StatusInternalServerError, "bad", "Nothing decided", "the daemon failed to decide the request")
 	}
 }
@@ -595,11 +626,12 @@ func (p *Phone) fromThisHost(r *http.Request) bool {
 	return p.isLocal(ip)
 }
 
-// localAddress reports whether ip is loopback, unspecified, or an address
-// of one of this host's interfaces, read at every call so that an address
-// added after start counts. An error reading them counts as local.
+// localAddress reports whether ip is loopback, unspecified, an address of
+// one of this host's interfaces, or any other address the kernel delivers to
+// this host (kernelLocal), read at every call so that an address added after
+// start counts. An error reading them counts as local.
 func localAddress(ip net.IP) bool {
-	if ip.IsLoopback() || ip.IsUnspecified() {
+	if ip.IsLoopback() || ip.IsUnspecified() || kernelLocal(ip) {
 		return true
 	}
 	addrs, err := net.InterfaceAddrs()

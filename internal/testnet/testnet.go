@@ -103,48 +103,54 @@ func (n *NS) Command(name string, args ...string) *exec.Cmd {
 func (n *NS) Prefix() []string { return []string{"ip", "netns", "exec", n.Name} }
 
 // Dial connects to addr from inside the namespace, so that the peer sees
-// the connection come from PeerIP. The socket is made on an OS thread that
-// has joined the namespace for the call; the connection stays in the
-// namespace after. It serves as an http.Transport's DialContext.
+// the connection come from PeerIP. The connection stays in the namespace
+// after. It serves as an http.Transport's DialContext.
 func (n *NS) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
+	var c net.Conn
+	err := n.Do(func() error {
+		var d net.Dialer
+		var err error
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// Do runs f on an OS thread that has joined the namespace, so that sockets f
+// makes (a connection, a netlink query) belong to the namespace.
+func (n *NS) Do(f func() error) error {
+	ch := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		orig, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, err}
+			ch <- err
 			return
 		}
 		defer orig.Close()
 		target, err := os.Open(filepath.Join("/run/netns", n.Name))
 		if err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, err}
+			ch <- err
 			return
 		}
 		defer target.Close()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, fmt.Errorf("joining %s: %w", n.Name, err)}
+			ch <- fmt.Errorf("joining %s: %w", n.Name, err)
 			return
 		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, addr)
+		err = f()
 		// Back to the host's namespace before the thread serves any
 		// other goroutine; if that fails, the thread stays locked and
 		// ends with this goroutine.
 		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread()
 		}
-		ch <- result{c, err}
+		ch <- err
 	}()
-	r := <-ch
-	return r.c, r.err
+	return <-ch
 }
 
 // waitUp waits until the host end of the link can be bound, which it can
