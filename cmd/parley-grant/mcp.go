@@ -328,12 +328,19 @@ func (w *waiter) notify() {
 	if e.Expires > 0 {
 		msg += fmt.Sprintf(" (times out in %s)", time.Until(time.Unix(e.Expires, 0)).Round(time.Second))
 	}
+	// A client that stops reading must not stall the daemon client's read
+	// loop, which calls this: each notification gets a short deadline.
+	ctx, cancel := context.WithTimeout(w.ctx, notifyTimeout)
+	defer cancel()
 	if tok := w.req.Params.GetProgressToken(); tok != nil {
-		w.req.Session.NotifyProgress(w.ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Message: msg, Progress: step})
+		w.req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Message: msg, Progress: step})
 	}
 	//lint:ignore SA1019 logging is the one channel every client shows without a progress token; it stays functional through the deprecation window
-	w.req.Session.Log(w.ctx, &mcp.LoggingMessageParams{Level: "notice", Logger: "parley-keyd", Data: msg})
+	w.req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "notice", Logger: "parley-keyd", Data: msg})
 }
+
+// notifyTimeout bounds one progress or log notification to the MCP client.
+const notifyTimeout = 2 * time.Second
 
 // run calls fn with the event callback, repeating the match code every
 // progressEvery until fn returns.
