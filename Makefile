@@ -2,7 +2,9 @@
 #   make build     binaries into ./bin
 #   make test      every test, with the race detector, plus gofmt, vet and staticcheck
 #   make demo      the quickstart: a daemon on ./demo-state, terminal approval
-#   make install   binaries, systemd units, sysusers/tmpfiles (honours DESTDIR and PREFIX)
+#   make install   binaries, systemd units, sysusers/tmpfiles, man pages, completions (DESTDIR, PREFIX)
+#   make bench     parley-keyd against ssh-agent, in one run
+#   make fuzz      every fuzz target for FUZZTIME (default 20s)
 
 GO          ?= go
 PREFIX      ?= /usr/local
@@ -37,8 +39,22 @@ test: lint unit
 demo:
 	$(GO) run ./cmd/parley-keyd demo
 
+# parley-keyd against ssh-agent in one run; figures in docs/performance.md.
+BENCHFLAGS ?=
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./grant/
+	$(GO) run ./internal/bench $(BENCHFLAGS)
+
+# Each fuzz target for FUZZTIME, corpus kept in each package's testdata.
+# FuzzServeFrame's coverage depends on scheduling, which stalls the
+# minimizer: -fuzzminimizetime bounds it.
+FUZZTIME     ?= 20s
+FUZZ_TARGETS ?= ./keyd:FuzzFrameReader ./keyd:FuzzServeFrame ./grant:FuzzDecode ./policies:FuzzParse
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "== fuzz $$pkg $$fn for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s "$$pkg"; \
+	done
 
 # Man pages and bash, zsh and fish completions, generated from the commands.
 # Set SOURCE_DATE_EPOCH for reproducible dates in the pages.
