@@ -624,7 +624,87 @@ func FuzzVerifyAudit(f *testing.F) {
 			t.Errorf("verify accepted (%+v) but scan says %+v, %d, %v", h, sh, good, serr)
 		}
 		if serr == nil && good == int64(len(data)) && err != nil {
-			t.Errorf("scan accepted the whole log but verify says %v", err)
+			// The scan reads only seq and prev of a line that another line
+			// follows, and relies on the next line's prev for the rest: a
+			// line that is no record but whose hash the next line carries
+			// passes it (forging that means rewriting every later prev,
+			// which a full verify cannot catch either). The last line gets
+			// the full check, so verify may differ only before it.
+			var ae *AuditError
+			if !errors.As(err, &ae) || ae.Line >= bytes.Count(data, []byte("\n")) {
+				t.Errorf("scan accepted the whole log but verify says %v", err)
+			}
 		}
 	})
+}
+
+// TestAuditScanChainOnly pins what the start-up scan checks: a middle line
+// is held by the chain (an edit breaks the next prev), the last line fully.
+func TestAuditScanChainOnly(t *testing.T) {
+	dir := t.TempDir()
+	l := auditTestOpen(t, filepath.Join(dir, "a.log"))
+	for _, rec := range auditTestRecords(4) {
+		auditTestAppend(t, l, rec)
+	}
+	l.Close()
+	data, _ := os.ReadFile(filepath.Join(dir, "a.log"))
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	cases := []struct {
+		name string
+		edit func() []byte
+		line int
+	}{
+		{"fail/edited-middle", func() []byte {
+			return bytes.Join([][]byte{lines[0], bytes.Replace(lines[1], []byte(`"kind":"`), []byte(`"kind":"x`), 1), lines[2], lines[3]}, nil)
+		}, 3},
+		{"fail/edited-last", func() []byte {
+			return bytes.Join([][]byte{lines[0], lines[1], lines[2], bytes.Replace(lines[3], []byte(`"time":"`), []byte(`"time":"x`), 1)}, nil)
+		}, 4},
+		{"fail/removed-middle", func() []byte { return bytes.Join([][]byte{lines[0], lines[2], lines[3]}, nil) }, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := auditScan(bytes.NewReader(tc.edit()))
+			var ae *AuditError
+			if !errors.As(err, &ae) || ae.Line != tc.line {
+				t.Errorf("scan: %v, want an error at line %d", err, tc.line)
+			}
+		})
+	}
+}
+
+// BenchmarkOpenAudit measures the start-up cost of a long log: OpenAudit
+// checks the whole chain before the daemon accepts anything.
+func BenchmarkOpenAudit(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "audit.log")
+	l, err := OpenAudit(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 20000
+	var wg sync.WaitGroup
+	for w := 0; w < 50; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n/50; i++ {
+				l.Append(AuditRecord{Kind: AuditKindIssue, RequestID: "r_abcdefgh", Holder: "ed25519:gTl3Dqh9F19Wo1Rmw0x-zMuNipG07jeiXfYPW4_Js5Q",
+					Caller: &AuditCaller{UID: 1000, GID: 1000, PID: 4242, User: "bot", Exe: "/usr/bin/agent"},
+					Requested: json.RawMessage(`[{"svc":["cal.example"]},{"can":["calendar.*"]},{"exp":1790003600}]`),
+					Issued:    json.RawMessage(`[{"svc":["cal.example"]},{"can":["calendar.*"]},{"exp":1790003600}]`),
+					Decision:  "auto", DecidedBy: &AuditDecider{Rule: "calendar-auto"}, GrantID: "WudMMrIw5wfkNGVoyUdJfcc-nQwOTFwjH9w4DwaUIKc", Expiry: 1790003600})
+			}
+		}()
+	}
+	wg.Wait()
+	l.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l, err := OpenAudit(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Close()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/record")
 }
