@@ -689,7 +689,7 @@ func BenchmarkOpenAudit(b *testing.B) {
 			defer wg.Done()
 			for i := 0; i < n/50; i++ {
 				l.Append(AuditRecord{Kind: AuditKindIssue, RequestID: "r_abcdefgh", Holder: "ed25519:gTl3Dqh9F19Wo1Rmw0x-zMuNipG07jeiXfYPW4_Js5Q",
-					Caller: &AuditCaller{UID: 1000, GID: 1000, PID: 4242, User: "bot", Exe: "/usr/bin/agent"},
+					Caller:    &AuditCaller{UID: 1000, GID: 1000, PID: 4242, User: "bot", Exe: "/usr/bin/agent"},
 					Requested: json.RawMessage(`[{"svc":["cal.example"]},{"can":["calendar.*"]},{"exp":1790003600}]`),
 					Issued:    json.RawMessage(`[{"svc":["cal.example"]},{"can":["calendar.*"]},{"exp":1790003600}]`),
 					Decision:  "auto", DecidedBy: &AuditDecider{Rule: "calendar-auto"}, GrantID: "WudMMrIw5wfkNGVoyUdJfcc-nQwOTFwjH9w4DwaUIKc", Expiry: 1790003600})
