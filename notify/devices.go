@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/big"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -57,6 +58,10 @@ var (
 	// ErrNameTaken means a paired phone or a waiting pairing link uses the
 	// name already.
 	ErrNameTaken = errors.New("a paired phone or a waiting pairing link already uses that name")
+
+	// ErrCodeMismatch: the code typed is not the one the phone showed; the
+	// device is removed.
+	ErrCodeMismatch = errors.New("the code does not match the one the phone showed; that phone is unpaired")
 )
 
 // Device is a paired phone. Its credential lives only in the phone's cookie;
@@ -66,6 +71,16 @@ type Device struct {
 	Name    string `json:"name"`
 	Hash    string `json:"hash"`
 	Created int64  `json:"created"`
+	// Confirmed is set once the admin has typed, where parley-keyd pair
+	// runs, the code the phone showed after pairing: number matching for
+	// pairing. Until then the device authenticates nothing. Attack: someone
+	// who saw the pairing link (a screen, a scrollback) using it first from
+	// another device; their code shows only on their device.
+	Confirmed bool `json:"confirmed"`
+	// Code is the confirmation code while the device waits for it.
+	Code string `json:"code,omitempty"`
+	// Addr is the address the device paired from.
+	Addr string `json:"addr,omitempty"`
 }
 
 // Pairing is a pairing link not used yet.
@@ -143,7 +158,7 @@ func (d *Devices) NewPairing(name string, ttl time.Duration, now time.Time) (tok
 // Pair consumes the pairing link token and creates the device it names,
 // returning the device and its new credential (for the phone's cookie). A
 // token works once, and only before it expires.
-func (d *Devices) Pair(token string, now time.Time) (Device, string, error) {
+func (d *Devices) Pair(token, addr string, now time.Time) (Device, string, error) {
 	var dev Device
 	cred := randomToken()
 	err := d.update(now, func(doc *devicesDoc) error {
@@ -160,7 +175,8 @@ func (d *Devices) Pair(token string, now time.Time) (Device, string, error) {
 		if len(doc.Devices) >= MaxDevices {
 			return fmt.Errorf("%d phones are paired already; revoke one first", len(doc.Devices))
 		}
-		dev = Device{ID: newDeviceID(), Name: p.Name, Hash: hashSecret(cred), Created: now.Unix()}
+		dev = Device{ID: newDeviceID(), Name: p.Name, Hash: hashSecret(cred), Created: now.Unix(),
+			Code: confirmCode(), Addr: addr}
 		doc.Devices = append(doc.Devices, dev)
 		return nil
 	})
@@ -206,10 +222,52 @@ func (d *Devices) Authenticate(cred string) (Device, bool, error) {
 	ok := false
 	for _, dev := range doc.Devices {
 		if secretEqual(dev.Hash, h) {
-			found, ok = dev, true
+			found, ok = dev, dev.Confirmed
 		}
 	}
 	return found, ok, nil
+}
+
+// Confirm finishes pairing the device named nameOrID with the code its page
+// showed. A wrong code removes the device: it may not be the admin's phone,
+// and a guess must not be retried.
+func (d *Devices) Confirm(nameOrID, code string, now time.Time) (Device, error) {
+	var dev Device
+	err := d.update(now, func(doc *devicesDoc) error {
+		i := slices.IndexFunc(doc.Devices, func(x Device) bool {
+			return !x.Confirmed && (x.ID == nameOrID || x.Name == nameOrID)
+		})
+		if i < 0 {
+			return fmt.Errorf("%q: %w waiting for confirmation", nameOrID, ErrNoDevice)
+		}
+		if subtle.ConstantTimeCompare([]byte(code), []byte(doc.Devices[i].Code)) != 1 {
+			doc.Devices = slices.Delete(doc.Devices, i, i+1)
+			return errCodeMismatchCommit
+		}
+		doc.Devices[i].Confirmed, doc.Devices[i].Code = true, ""
+		dev = doc.Devices[i]
+		return nil
+	})
+	if errors.Is(err, errCodeMismatchCommit) {
+		return Device{}, ErrCodeMismatch
+	}
+	return dev, err
+}
+
+// errCodeMismatchCommit makes update write the removal and still report the
+// mismatch.
+var errCodeMismatchCommit = errors.New("code mismatch (commit)")
+
+// confirmTTL is how long a paired device may wait for its confirmation.
+const confirmTTL = DefaultPairingTTL
+
+// confirmCode returns a four-digit confirmation code.
+func confirmCode() string {
+	n, err := rand.Int(rand.Reader, big.NewInt(9000))
+	if err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return fmt.Sprint(1000 + n.Int64())
 }
 
 // List returns the paired devices, oldest first, and the pairing links still
@@ -246,6 +304,9 @@ func (doc *devicesDoc) nameUsed(name string) bool {
 
 func (doc *devicesDoc) prune(now time.Time) {
 	doc.Pairings = slices.DeleteFunc(doc.Pairings, func(p Pairing) bool { return p.Expires <= now.Unix() })
+	doc.Devices = slices.DeleteFunc(doc.Devices, func(dv Device) bool {
+		return !dv.Confirmed && dv.Created+int64(confirmTTL/time.Second) <= now.Unix()
+	})
 }
 
 // read loads the file; a missing file is an empty store. Writers replace the
@@ -291,8 +352,9 @@ func (d *Devices) update(now time.Time, fn func(*devicesDoc) error) error {
 		return err
 	}
 	doc.prune(now)
-	if err := fn(doc); err != nil {
-		return err
+	ferr := fn(doc)
+	if ferr != nil && !errors.Is(ferr, errCodeMismatchCommit) {
+		return ferr
 	}
 	if doc.Devices == nil {
 		doc.Devices = []Device{}
@@ -304,7 +366,10 @@ func (d *Devices) update(now time.Time, fn func(*devicesDoc) error) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(d.dir, DevicesFile, append(b, '\n'), 0o600)
+	if err := writeFileAtomic(d.dir, DevicesFile, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return ferr
 }
 
 // lockState takes the exclusive flock that serializes writers of the phone

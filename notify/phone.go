@@ -410,7 +410,7 @@ func (p *Phone) setCookie(w http.ResponseWriter, cred string) {
 
 func (p *Phone) notPaired(w http.ResponseWriter) {
 	p.message(w, http.StatusForbidden, "bad", "This phone is not paired",
-		"Pair it first: on the computer, the admin runs “parley-keyd pair” and you scan the code it shows.")
+		"Pair it first: on the computer, the admin runs “parley-keyd pair” and you scan the code it shows. If you just did, type the four-digit code this phone showed where “parley-keyd pair” is waiting.")
 }
 
 // phoneRequests lists the waiting requests that the phone may decide.
@@ -459,7 +459,8 @@ func (p *Phone) pair(w http.ResponseWriter, r *http.Request) {
 		p.message(w, http.StatusForbidden, "bad", "Refused", "pairing from this machine is not accepted; open the link on your phone")
 		return
 	}
-	dev, cred, err := p.devices.Pair(r.PostFormValue("t"), p.now())
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	dev, cred, err := p.devices.Pair(r.PostFormValue("t"), host, p.now())
 	if errors.Is(err, ErrPairingInvalid) {
 		p.message(w, http.StatusForbidden, "bad", "This pairing link does not work",
 			err.Error()+". Ask the admin for a new one: parley-keyd pair.")
@@ -470,10 +471,13 @@ func (p *Phone) pair(w http.ResponseWriter, r *http.Request) {
 		p.message(w, http.StatusInternalServerError, "bad", "Pairing failed", err.Error())
 		return
 	}
-	p.logf("phone page: paired %s (%s) from %s", dev.Name, dev.ID, r.RemoteAddr)
+	p.logf("phone page: paired %s (%s) from %s, waiting for its confirmation code", dev.Name, dev.ID, r.RemoteAddr)
 	p.setCookie(w, cred)
-	p.render(w, http.StatusOK, "message", page{Heading: "Paired", Kind: "ok", Device: dev.Name, Back: true,
-		Lines: []string{"This phone is paired as “" + dev.Name + "”. When an agent asks for something that may be approved here, scan the code it shows, or open the waiting requests."}})
+	p.render(w, http.StatusOK, "message", page{Heading: "Almost paired", Kind: "ok", Device: dev.Name,
+		Lines: []string{
+			"This phone is paired as “" + dev.Name + "” once you confirm it. Type this code where “parley-keyd pair” is waiting:",
+			dev.Code,
+			"Until then it can approve nothing. Then, when an agent asks for something that may be approved here, scan the code it shows, or open the waiting requests."}})
 }
 
 func (p *Phone) findRequest(w http.ResponseWriter, id string) (keyd.PendingView, bool) {

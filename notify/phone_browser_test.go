@@ -365,8 +365,18 @@ func TestPhoneBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#pair")),
 		chromedp.WaitVisible(chromedp.CSS("h1.ok")),
 	)
-	if got := phoneText(t, tab, "main"); !strings.Contains(got, "paired as “pixel”") {
+	got := phoneText(t, tab, "main")
+	if !strings.Contains(got, "paired as “pixel” once you confirm it") {
 		t.Fatalf("after pairing the page says %q", got)
+	}
+	// Number matching for pairing: the admin types, where pair waits, the
+	// code this phone shows. Until then the phone decides nothing.
+	code := regexp.MustCompile(`\b\d{4}\b`).FindString(got)
+	if code == "" {
+		t.Fatalf("the pairing page shows no code: %q", got)
+	}
+	if _, err := notify.OpenDevices(d.state).Confirm("pixel", code, time.Now()); err != nil {
+		t.Fatalf("confirming with the code the phone shows: %v", err)
 	}
 	cookies, err := chromedp.Call(tab, network.GetCookies, network.GetCookiesParams{URLs: []string{d.base + "/"}})
 	if err != nil {

@@ -108,13 +108,25 @@ var sameOrigin = map[string]string{"Origin": phoneTestURL, "Sec-Fetch-Site": "sa
 // pair pairs a device through the page and returns its credential.
 func (e *phoneEnv) pair(t *testing.T, name string) string {
 	t.Helper()
-	tok, _, err := OpenDevices(e.state).NewPairing(name, time.Minute, e.now)
+	tok, chosen, err := OpenDevices(e.state).NewPairing(name, time.Minute, e.now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := e.do("POST", "/pair", phoneTestPeer, "", url.Values{"t": {tok}}, sameOrigin)
 	if w.Code != http.StatusOK {
 		t.Fatalf("pairing: %d %s", w.Code, w.Body)
+	}
+	// The admin types the code the page showed.
+	devs, _, _ := OpenDevices(e.state).List(e.now)
+	for _, d := range devs {
+		if d.Name == chosen && !d.Confirmed {
+			if !strings.Contains(w.Body.String(), d.Code) {
+				t.Fatalf("the pairing page does not show the code %s", d.Code)
+			}
+			if _, err := OpenDevices(e.state).Confirm(chosen, d.Code, e.now); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	for _, c := range w.Result().Cookies() {
 		if c.Name == DeviceCookie {
@@ -221,7 +233,7 @@ func TestPhonePairing(t *testing.T) {
 	}{
 		{"fail/from-loopback", "127.0.0.1:5000", sameOrigin, 403, "pairing from this machine is not accepted"},
 		{"fail/cross-site", phoneTestPeer, map[string]string{"Origin": "https://evil.example"}, 403, "did not come from this page"},
-		{"ok/paired", phoneTestPeer, sameOrigin, 200, "paired as “phone-1”"},
+		{"ok/paired", phoneTestPeer, sameOrigin, 200, "paired as “phone-1” once you confirm it"},
 		{"fail/used-twice", phoneTestPeer, sameOrigin, 403, ErrPairingInvalid.Error()},
 	}
 	for _, s := range steps {
@@ -372,12 +384,19 @@ func TestDevicesStore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dev, cred, err := d.Pair(tok, now)
-			if err != nil || dev.Name != "a" || len(cred) != 43 {
+			dev, cred, err := d.Pair(tok, "192.0.2.9", now)
+			if err != nil || dev.Name != "a" || len(cred) != 43 || len(dev.Code) != 4 || dev.Addr != "192.0.2.9" {
 				t.Fatalf("Pair = %+v %q %v", dev, cred, err)
 			}
-			if _, _, err := d.Pair(tok, now); !errors.Is(err, ErrPairingInvalid) {
+			if _, _, err := d.Pair(tok, "192.0.2.9", now); !errors.Is(err, ErrPairingInvalid) {
 				t.Errorf("second Pair: %v", err)
+			}
+			// Until the admin confirms the code, the device decides nothing.
+			if _, ok, _ := d.Authenticate(cred); ok {
+				t.Error("an unconfirmed device authenticates")
+			}
+			if _, err := d.Confirm("a", dev.Code, now); err != nil {
+				t.Fatalf("Confirm: %v", err)
 			}
 			got, ok, err := d.Authenticate(cred)
 			if err != nil || !ok || got.ID != dev.ID {
@@ -391,15 +410,40 @@ func TestDevicesStore(t *testing.T) {
 				t.Error("a changed credential authenticates")
 			}
 		}},
+		{"fail/wrong-confirmation-unpairs", func(t *testing.T, d *Devices) {
+			tok, _, _ := d.NewPairing("a", time.Minute, now)
+			dev, cred, _ := d.Pair(tok, "192.0.2.9", now)
+			wrong := "1000"
+			if dev.Code == wrong {
+				wrong = "1001"
+			}
+			if _, err := d.Confirm("a", wrong, now); !errors.Is(err, ErrCodeMismatch) {
+				t.Errorf("Confirm with a wrong code: %v", err)
+			}
+			// One guess only: the device is gone.
+			if _, err := d.Confirm("a", dev.Code, now); !errors.Is(err, ErrNoDevice) {
+				t.Errorf("Confirm after a wrong code: %v", err)
+			}
+			if _, ok, _ := d.Authenticate(cred); ok {
+				t.Error("a device unpaired by a wrong code authenticates")
+			}
+		}},
+		{"fail/confirmation-expires", func(t *testing.T, d *Devices) {
+			tok, _, _ := d.NewPairing("a", time.Minute, now)
+			dev, _, _ := d.Pair(tok, "192.0.2.9", now)
+			if _, err := d.Confirm("a", dev.Code, now.Add(confirmTTL)); !errors.Is(err, ErrNoDevice) {
+				t.Errorf("Confirm after the confirmation time: %v", err)
+			}
+		}},
 		{"fail/expired", func(t *testing.T, d *Devices) {
 			tok, _, _ := d.NewPairing("a", time.Minute, now)
-			if _, _, err := d.Pair(tok, now.Add(time.Minute)); !errors.Is(err, ErrPairingInvalid) {
+			if _, _, err := d.Pair(tok, "192.0.2.9", now.Add(time.Minute)); !errors.Is(err, ErrPairingInvalid) {
 				t.Errorf("Pair after expiry: %v", err)
 			}
 		}},
 		{"fail/empty-token", func(t *testing.T, d *Devices) {
 			d.NewPairing("a", time.Minute, now)
-			if _, _, err := d.Pair("", now); !errors.Is(err, ErrPairingInvalid) {
+			if _, _, err := d.Pair("", "192.0.2.9", now); !errors.Is(err, ErrPairingInvalid) {
 				t.Errorf("Pair(\"\"): %v", err)
 			}
 		}},
@@ -443,7 +487,7 @@ func TestDevicesStore(t *testing.T) {
 			if strings.Contains(string(b), tok) {
 				t.Error("the pairing token is stored in clear")
 			}
-			_, cred, _ := d.Pair(tok, now)
+			_, cred, _ := d.Pair(tok, "192.0.2.9", now)
 			b, _ = os.ReadFile(d.Path())
 			if strings.Contains(string(b), cred) {
 				t.Error("the credential is stored in clear")

@@ -21,13 +21,15 @@ func newDevicesCmd() *cobra.Command {
 		}
 		if asJSON {
 			type device struct {
-				ID      string `json:"id"`
-				Name    string `json:"name"`
-				Created int64  `json:"created"`
+				ID        string `json:"id"`
+				Name      string `json:"name"`
+				Created   int64  `json:"created"`
+				Confirmed bool   `json:"confirmed"`
+				Addr      string `json:"addr,omitempty"`
 			}
 			out := []device{}
 			for _, d := range devs {
-				out = append(out, device{d.ID, d.Name, d.Created})
+				out = append(out, device{d.ID, d.Name, d.Created, d.Confirmed, d.Addr})
 			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
@@ -38,9 +40,13 @@ func newDevicesCmd() *cobra.Command {
 			fmt.Fprintln(errw, "parley-keyd: no phone is paired")
 		} else {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tPAIRED")
+			fmt.Fprintln(tw, "ID\tNAME\tPAIRED\tFROM\tSTATE")
 			for _, d := range devs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", d.ID, d.Name, time.Unix(d.Created, 0).Format("2006-01-02 15:04"))
+				st := "confirmed"
+				if !d.Confirmed {
+					st = "waiting for its code"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.ID, d.Name, time.Unix(d.Created, 0).Format("2006-01-02 15:04"), d.Addr, st)
 			}
 			tw.Flush()
 		}
@@ -52,10 +58,11 @@ func newDevicesCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "devices",
 		Short: "List the paired phones, or revoke one",
-		Long: `devices lists the phones paired with the phone page (the default), and
-revokes them: "parley-keyd devices revoke NAME|ID". A revoked phone can no
-longer see or approve requests, from its next page on; the daemon need not
-restart. Pair a phone with: parley-keyd pair.`,
+		Long: `devices lists the phones paired with the phone page (the default),
+confirms a pairing ("parley-keyd devices confirm NAME CODE", with the code the
+phone showed), and revokes phones: "parley-keyd devices revoke NAME|ID". A
+revoked phone can no longer see or approve requests, from its next page on;
+the daemon need not restart. Pair a phone with: parley-keyd pair.`,
 		Args: cobra.NoArgs,
 		RunE: list,
 	}
@@ -79,6 +86,30 @@ restart. Pair a phone with: parley-keyd pair.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(listCmd, revoke)
+	confirm := &cobra.Command{
+		Use:   "confirm NAME|ID CODE",
+		Short: "Finish pairing a phone with the code its page shows",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return confirmDevice(cmd, state, args[0], args[1])
+		},
+	}
+	cmd.AddCommand(listCmd, revoke, confirm)
 	return cmd
+}
+
+// confirmDevice finishes pairing nameOrID with code, or unpairs it on a
+// wrong code.
+func confirmDevice(cmd *cobra.Command, state, nameOrID, code string) error {
+	d, err := notify.OpenDevices(state).Confirm(nameOrID, code, time.Now())
+	switch {
+	case errors.Is(err, notify.ErrCodeMismatch):
+		return withHint(err, "if that was not your phone, someone else used the link: pair again with a new one")
+	case errors.Is(err, notify.ErrNoDevice):
+		return withHint(err, "list them with: parley-keyd devices --state "+state)
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "parley-keyd: paired %s (%s); it may now approve requests routed to the phone\n", d.Name, d.ID)
+	return nil
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/keyd"
@@ -14,6 +16,7 @@ import (
 func newPairCmd() *cobra.Command {
 	var state, config, name string
 	var ttl time.Duration
+	var noWait bool
 	cmd := &cobra.Command{
 		Use:   "pair",
 		Short: "Show a one-time QR code that pairs a phone with the phone page",
@@ -22,6 +25,12 @@ QR code and as text. The phone that opens it (and taps "Pair this phone")
 becomes a paired device that may approve requests routed to the phone. The
 link works once, until --ttl passes. Only its hash is stored in the state
 folder; the daemon picks it up while it runs.
+
+Pairing is confirmed by number matching: after the phone pairs, its page
+shows a four-digit code, and pair waits for you to type that code here. A
+phone whose code you do not confirm can approve nothing, and a wrong code
+unpairs it: someone else who saw the link cannot pair in your place. With
+--no-wait, confirm later with: parley-keyd devices confirm NAME CODE.
 
 The page's certificate is self-signed: pair makes it when there is none, and
 prints its SHA-256 fingerprint. Compare it with what the phone's browser
@@ -72,12 +81,46 @@ Run it as the daemon's user or as root.`,
 			fmt.Fprintf(errw, "parley-keyd: scan the code with the phone to pair it as %q; the link works once, until %s\n",
 				chosen, now.Add(ttl).Format("15:04:05"))
 			fmt.Fprintln(errw, "hint: the phone warns that the certificate is not trusted: accept it only if its SHA-256 fingerprint is the one above")
-			return nil
+			if noWait {
+				fmt.Fprintf(errw, "parley-keyd: after pairing, the phone shows a code; finish with: parley-keyd devices confirm %s CODE\n", chosen)
+				return nil
+			}
+			return waitAndConfirm(cmd, state, chosen, now.Add(ttl))
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", defaultState(), "state folder (certificate, paired devices)")
 	cmd.Flags().StringVar(&config, "config", "", "configuration file (default STATE/config.toml)")
 	cmd.Flags().StringVar(&name, "name", "", "name of the phone (default phone-N)")
 	cmd.Flags().DurationVar(&ttl, "ttl", notify.DefaultPairingTTL, "how long the link works")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "do not wait for the phone; confirm later with devices confirm")
 	return cmd
+}
+
+// waitAndConfirm waits until a phone has used the link for name, then asks
+// for the code its page shows and confirms or unpairs it.
+func waitAndConfirm(cmd *cobra.Command, state, name string, until time.Time) error {
+	errw := cmd.ErrOrStderr()
+	devs := notify.OpenDevices(state)
+	fmt.Fprintln(errw, "parley-keyd: waiting for the phone to open the link…")
+	for {
+		list, _, err := devs.List(time.Now())
+		if err != nil {
+			return err
+		}
+		for _, d := range list {
+			if d.Name == name && !d.Confirmed {
+				fmt.Fprintf(errw, "parley-keyd: a phone at %s used the link. Type the code its page shows (anything else unpairs it): ", d.Addr)
+				line, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+				if err != nil && line == "" {
+					devs.Revoke(d.ID, time.Now())
+					return withHint(fmt.Errorf("no code was typed, so the phone was unpaired"), "pair again, or use --no-wait and: parley-keyd devices confirm NAME CODE")
+				}
+				return confirmDevice(cmd, state, d.ID, strings.TrimSpace(line))
+			}
+		}
+		if time.Now().After(until) {
+			return withHint(errors.New("nobody used the pairing link before it expired"), "pair again: parley-keyd pair")
+		}
+		time.Sleep(250 * time.Millisecond) // the phone writes the device file; nothing to wait on but the file
+	}
 }

@@ -50,7 +50,7 @@ func TestCLIPhone(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := keydCmd(t, "pair", "--state", state, "--name", "pixel", "--ttl", "5m")
+	r := keydCmd(t, "pair", "--state", state, "--name", "pixel", "--ttl", "5m", "--no-wait")
 	if r.code != 0 {
 		t.Fatalf("pair: %+v", r)
 	}
@@ -145,15 +145,22 @@ func TestCLIPhone(t *testing.T) {
 		t.Errorf("pairing from loopback: %d, want 403", resp.StatusCode)
 	}
 	// The phone's side of pairing, through the store the daemon reads.
-	_, cred, err := notify.OpenDevices(state).Pair(token, time.Now())
+	dev, cred, err := notify.OpenDevices(state).Pair(token, "192.0.2.9", time.Now())
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Not confirmed yet: the phone decides nothing.
+	if st, _ := get("/", cred); st != http.StatusForbidden {
+		t.Errorf("index for an unconfirmed phone: %d, want 403", st)
+	}
+	if c := keydCmd(t, "devices", "confirm", "pixel", dev.Code, "--state", state); c.code != 0 || !strings.Contains(c.stderr, "paired pixel") {
+		t.Fatalf("devices confirm: %+v", c)
 	}
 	if st, body := get("/", cred); st != 200 || !strings.Contains(body, "Waiting requests") {
 		t.Errorf("index for the paired phone: %d %s", st, body)
 	}
 	l := keydCmd(t, "devices", "list", "--state", state)
-	if l.code != 0 || !regexp.MustCompile(`(?m)^ID +NAME +PAIRED\nd_[a-z0-9]+ +pixel +\d{4}-`).MatchString(l.stdout) {
+	if l.code != 0 || !regexp.MustCompile(`(?m)^ID +NAME +PAIRED +FROM +STATE\nd_[a-z0-9]+ +pixel +\d{4}-\d\d-\d\d \d\d:\d\d +192\.0\.2\.9 +confirmed`).MatchString(l.stdout) {
 		t.Errorf("devices list: %+v", l)
 	}
 	if rv := keydCmd(t, "devices", "revoke", "pixel", "--state", state); rv.code != 0 || !strings.Contains(rv.stderr, "revoked pixel") {
@@ -167,5 +174,69 @@ func TestCLIPhone(t *testing.T) {
 	}
 	if !strings.Contains(logb.String(), "phone page on https://"+addr) {
 		t.Errorf("the daemon did not log its phone page:\n%s", logb.String())
+	}
+}
+
+// TestCLIPairWaitsForTheCode runs pair as the admin does: it waits for the
+// phone, then asks for the code the phone shows; a wrong code unpairs.
+func TestCLIPairWaitsForTheCode(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	keydCmd(t, "init", "--state", state, "--socket", filepath.Join(state, "s.sock"), "--agent-user", "bot")
+	cfgPath := filepath.Join(state, "config.toml")
+	cfg, _ := os.ReadFile(cfgPath)
+	os.WriteFile(cfgPath, bytes.Replace(cfg, []byte(`listen = ""`), []byte(`listen = "192.0.2.1:7450"`), 1), 0o640)
+	for _, tc := range []struct {
+		name, typed string
+		ok          bool
+	}{{"ok/right-code", "", true}, {"fail/wrong-code", "0000", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			phone := strings.ReplaceAll(tc.name, "/", "-")
+			cmd := exec.Command(filepath.Join(binaries(t), "parley-keyd"), "pair", "--state", state, "--name", phone)
+			stdin, _ := cmd.StdinPipe()
+			var out bytes.Buffer
+			var errb syncBuffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(15 * time.Second)
+			var token string
+			for token == "" {
+				if m := regexp.MustCompile(`/pair\?t=([A-Za-z0-9_-]{43})`).FindStringSubmatch(out.String()); m != nil && strings.Contains(errb.String(), "waiting for the phone") {
+					token = m[1]
+				} else if time.Now().After(deadline) {
+					t.Fatalf("pair printed no link: %s %s", out.String(), errb.String())
+				} else {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			// The phone's side, through the store the daemon writes.
+			dev, cred, err := notify.OpenDevices(state).Pair(token, "192.0.2.77", time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for !strings.Contains(errb.String(), "a phone at 192.0.2.77 used the link") {
+				if time.Now().After(deadline) {
+					t.Fatalf("pair did not ask for the code: %s", errb.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			typed := tc.typed
+			if typed == "" {
+				typed = dev.Code
+			}
+			if typed == dev.Code && !tc.ok {
+				typed = "0001"
+			}
+			io.WriteString(stdin, typed+"\n")
+			err = cmd.Wait()
+			_, ok, _ := notify.OpenDevices(state).Authenticate(cred)
+			if tc.ok && (err != nil || !ok) {
+				t.Errorf("pair with the right code: %v, authenticates %v\n%s", err, ok, errb.String())
+			}
+			if !tc.ok && (err == nil || ok || !strings.Contains(errb.String(), "does not match")) {
+				t.Errorf("pair with a wrong code: %v, authenticates %v\n%s", err, ok, errb.String())
+			}
+		})
 	}
 }
