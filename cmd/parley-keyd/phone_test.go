@@ -193,8 +193,7 @@ func TestCLIPairWaitsForTheCode(t *testing.T) {
 			phone := strings.ReplaceAll(tc.name, "/", "-")
 			cmd := exec.Command(filepath.Join(binaries(t), "parley-keyd"), "pair", "--state", state, "--name", phone)
 			stdin, _ := cmd.StdinPipe()
-			var out bytes.Buffer
-			var errb syncBuffer
+			var out, errb syncBuffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
