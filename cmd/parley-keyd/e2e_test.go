@@ -166,6 +166,23 @@ func newE2E(t *testing.T) *e2e {
 	return e
 }
 
+// onSmallFS moves the state folder onto a new tmpfs of size and returns the
+// tmpfs's mount point, unmounted when the test ends.
+func (e *e2e) onSmallFS(size string) string {
+	e.t.Helper()
+	small := filepath.Join(e.base, "small")
+	os.Mkdir(small, 0o755)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", small).CombinedOutput(); err != nil {
+		testpeer.Unavailable(e.t, fmt.Sprintf("mount tmpfs: %v: %s", err, out))
+	}
+	e.t.Cleanup(func() { exec.Command("umount", "-l", small).Run() })
+	if out, err := exec.Command("cp", "-a", e.state, small+"/").CombinedOutput(); err != nil {
+		e.t.Fatalf("cp: %v: %s", err, out)
+	}
+	e.state = filepath.Join(small, "state")
+	return small
+}
+
 func (e *e2e) writeOwned(path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o640); err != nil {
 		e.t.Fatal(err)
@@ -517,17 +534,7 @@ func TestE2EKill9DuringIssuing(t *testing.T) {
 
 func TestE2EAuditDiskFull(t *testing.T) {
 	e := newE2E(t)
-	// Move the state folder onto a tiny filesystem.
-	small := filepath.Join(e.base, "small")
-	os.Mkdir(small, 0o755)
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", small).CombinedOutput(); err != nil {
-		testpeer.Unavailable(t, fmt.Sprintf("mount tmpfs: %v: %s", err, out))
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", small).Run() })
-	if out, err := exec.Command("cp", "-a", e.state, small+"/").CombinedOutput(); err != nil {
-		t.Fatalf("cp: %v: %s", err, out)
-	}
-	e.state = filepath.Join(small, "state")
+	small := e.onSmallFS("512k")
 	e.start()
 	issue := func() result {
 		return e.try(e.agent, "parley-grant", "issue", "--key", e.agentK, "--svc", "cal.example", "--can", "calendar.*", "--exp", "30m")

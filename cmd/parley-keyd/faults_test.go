@@ -411,16 +411,7 @@ svc = ["cal.example"]
 // every grant a client received is in the log.
 func TestFaultAuditDiskFullUnderLoad(t *testing.T) {
 	e := newE2E(t)
-	small := filepath.Join(e.base, "small")
-	os.Mkdir(small, 0o755)
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small).CombinedOutput(); err != nil {
-		testpeer.Unavailable(t, fmt.Sprintf("mount tmpfs: %v: %s", err, out))
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", small).Run() })
-	if out, err := exec.Command("cp", "-a", e.state, small+"/").CombinedOutput(); err != nil {
-		t.Fatalf("cp: %v: %s", err, out)
-	}
-	e.state = filepath.Join(small, "state")
+	small := e.onSmallFS("1m")
 	e.start()
 	agent := e.startAgent("loop", e.agentK)
 	agent.waitLines("20 grants", func(l []string) bool { return countPrefix(l, "grant ") >= 20 })
