@@ -480,17 +480,27 @@ type grantArgs struct {
 	caveatArgs
 }
 
-func (t *mcpTools) requestGrant(ctx context.Context, req *mcp.CallToolRequest, in grantArgs) (*mcp.CallToolResult, grantOutput, error) {
-	var out grantOutput
+// agentRequest is the common start of parley_request_grant and
+// parley_explain: the agent key, the caveats asked for, and a connection.
+func (t *mcpTools) agentRequest(in grantArgs) (ed25519.PrivateKey, []grant.Caveat, *keyd.Client, error) {
 	key, err := loadAgentKey(t.keyPath)
 	if err != nil {
-		return nil, out, toToolError(err)
+		return nil, nil, nil, toToolError(err)
 	}
 	cavs, err := in.caveats("", time.Now())
 	if err != nil {
-		return nil, out, toToolError(err)
+		return nil, nil, nil, toToolError(err)
 	}
 	c, err := t.dial()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return key, cavs, c, nil
+}
+
+func (t *mcpTools) requestGrant(ctx context.Context, req *mcp.CallToolRequest, in grantArgs) (*mcp.CallToolResult, grantOutput, error) {
+	var out grantOutput
+	key, cavs, c, err := t.agentRequest(in)
 	if err != nil {
 		return nil, out, err
 	}
@@ -519,15 +529,7 @@ type explainOutput struct {
 
 func (t *mcpTools) explain(ctx context.Context, req *mcp.CallToolRequest, in grantArgs) (*mcp.CallToolResult, explainOutput, error) {
 	var out explainOutput
-	key, err := loadAgentKey(t.keyPath)
-	if err != nil {
-		return nil, out, toToolError(err)
-	}
-	cavs, err := in.caveats("", time.Now())
-	if err != nil {
-		return nil, out, toToolError(err)
-	}
-	c, err := t.dial()
+	key, cavs, c, err := t.agentRequest(in)
 	if err != nil {
 		return nil, out, err
 	}
