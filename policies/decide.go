@@ -155,58 +155,12 @@ func fitRule(u *rule, r Request) fit {
 	g := Request{Now: r.Now, Nbf: r.Nbf, Risk: r.Risk}
 	name := fmt.Sprintf("rule %q", u.name)
 
-	// Services: a request without svc asks for every service; only a rule
-	// without svc covers it.
-	switch {
-	case subset(r.Svc, u.scope.svc):
-		g.Svc = clone(r.Svc)
-	default:
-		g.Svc = intersectNames(r.Svc, u.scope.svc)
-		from := "every service"
-		if r.Svc != nil {
-			from = list(r.Svc)
-		}
-		f.exceeded = append(f.exceeded, fmt.Sprintf("%s allows only services %s and the request asks for %s", name, list(u.scope.svc), from))
-		if len(g.Svc) == 0 {
-			f.impossible = fmt.Sprintf("none of the requested services is allowed by %s", name)
-		}
-		f.narrowed = append(f.narrowed, fmt.Sprintf("services cut from %s to %s", from, list(g.Svc)))
-	}
-
-	// Verbs: the same reading as services.
-	switch {
-	case subset(r.Verbs, u.scope.verbs):
-		g.Verbs = clone(r.Verbs)
-	default:
-		g.Verbs = intersectNames(r.Verbs, u.scope.verbs)
-		from := "every verb"
-		if r.Verbs != nil {
-			from = list(r.Verbs)
-		}
-		f.exceeded = append(f.exceeded, fmt.Sprintf("%s allows only verbs %s and the request asks for %s", name, list(u.scope.verbs), from))
-		if len(g.Verbs) == 0 {
-			f.impossible = fmt.Sprintf("none of the requested verbs is allowed by %s", name)
-		}
-		f.narrowed = append(f.narrowed, fmt.Sprintf("verbs cut from %s to %s", from, list(g.Verbs)))
-	}
-
-	// Capabilities: every requested pattern must be contained in an
-	// allowed one; clamping keeps the intersections.
-	switch {
-	case coveredBy(r.Can, u.scope.can):
-		g.Can = clone(r.Can)
-	default:
-		g.Can = intersectPatterns(r.Can, u.scope.can)
-		from := "every capability"
-		if r.Can != nil {
-			from = list(r.Can)
-		}
-		f.exceeded = append(f.exceeded, fmt.Sprintf("%s allows only capabilities %s and the request asks for %s", name, list(u.scope.can), from))
-		if len(g.Can) == 0 {
-			f.impossible = fmt.Sprintf("none of the requested capabilities is within %s", name)
-		}
-		f.narrowed = append(f.narrowed, fmt.Sprintf("capabilities cut from %s to %s", from, list(g.Can)))
-	}
+	// Services and verbs: a request without one asks for all of them; only
+	// a rule without it covers that. Capabilities: every requested pattern
+	// must be contained in an allowed one; clamping keeps the intersections.
+	g.Svc = fitList(&f, name, "service", "services", "allowed by", r.Svc, u.scope.svc, subset, intersectNames)
+	g.Verbs = fitList(&f, name, "verb", "verbs", "allowed by", r.Verbs, u.scope.verbs, subset, intersectNames)
+	g.Can = fitList(&f, name, "capability", "capabilities", "within", r.Can, u.scope.can, coveredBy, intersectPatterns)
 
 	// Expiry: every grant has one. A request without one gets the rule's
 	// default; one beyond the rule's maximum exceeds it.
@@ -253,6 +207,28 @@ func fitRule(u *rule, r Request) fit {
 	}
 	f.grant = g
 	return f
+}
+
+// fitList fits one list dimension of a request (services, verbs or
+// capabilities) to a rule: want as it is when covered says the rule allows
+// it, else its intersection with allowed, recording what exceeded the rule
+// and what was cut. A nil want asks for every one.
+func fitList(f *fit, rule, one, many, by string, want, allowed []string,
+	covered func(want, allowed []string) bool, intersect func(want, allowed []string) []string) []string {
+	if covered(want, allowed) {
+		return clone(want)
+	}
+	got := intersect(want, allowed)
+	from := "every " + one
+	if want != nil {
+		from = list(want)
+	}
+	f.exceeded = append(f.exceeded, fmt.Sprintf("%s allows only %s %s and the request asks for %s", rule, many, list(allowed), from))
+	if len(got) == 0 {
+		f.impossible = fmt.Sprintf("none of the requested %s is %s %s", many, by, rule)
+	}
+	f.narrowed = append(f.narrowed, fmt.Sprintf("%s cut from %s to %s", many, from, list(got)))
+	return got
 }
 
 func fitMoney(f *fit, what string, want, limit *grant.Money, name string) *grant.Money {
