@@ -3,11 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -439,96 +437,6 @@ func TestE2ENotDumpable(t *testing.T) {
 	}
 	if !regexp.MustCompile(`Max core file size\s+0\s+0`).Match(limits) {
 		t.Errorf("core limit not 0:\n%s", limits)
-	}
-}
-
-// TestAgentLoopHelper runs as the agent user in a child process: it asks
-// for grants from several goroutines and prints each grant id it receives,
-// until the daemon goes away.
-func TestAgentLoopHelper(t *testing.T) {
-	arg := os.Getenv("PARLEY_E2E_LOOP")
-	if arg == "" {
-		return // an ordinary test run: this runs only as a helper process
-	}
-	sock, keyPath, _ := strings.Cut(arg, ",")
-	b, err := os.ReadFile(keyPath)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	key, err := grant.ParseKeyFile(b)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := keyd.Dial(sock)
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			for {
-				res, err := c.Grant(context.Background(), key, []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find"), grant.Exp(time.Now().Unix() + 600)}, nil)
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				fmt.Println(res.GrantID)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	os.Exit(0)
-}
-
-func TestE2EKill9DuringIssuing(t *testing.T) {
-	e := newE2E(t)
-	for round := 0; round < 3; round++ {
-		e.start()
-		cmd := testpeer.Helper(t, e.agent.uid, e.agent.gid, nil, "TestAgentLoopHelper", "PARLEY_E2E_LOOP="+e.sock+","+e.agentK)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		sc := bufio.NewScanner(stdout)
-		killAt := 20 + rand.IntN(100)
-		for sc.Scan() {
-			got = append(got, sc.Text())
-			if len(got) == killAt {
-				// A grant may be in flight in every possible stage.
-				e.proc.Process.Signal(syscall.SIGKILL)
-			}
-		}
-		cmd.Wait()
-		<-e.exited
-		e.proc = nil
-		if len(got) < killAt {
-			t.Fatalf("round %d: only %d grants before the helper stopped", round, len(got))
-		}
-		// Restarting recovers a torn tail; the log verifies, and it knows
-		// every grant any client received.
-		e.start()
-		e.verifyAudit()
-		known := map[string]bool{}
-		for _, r := range e.auditRecords() {
-			known[r.GrantID] = true
-		}
-		for _, id := range got {
-			if !known[id] {
-				t.Errorf("round %d: grant %s reached a client but is not in the audit log", round, id)
-			}
-		}
-		e.stop(syscall.SIGTERM)
 	}
 }
 
