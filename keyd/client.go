@@ -232,15 +232,21 @@ func holderKey(s crypto.Signer) (string, error) {
 	return grant.FormatPublicKey(pub), nil
 }
 
+// proofParties returns what a proof of the holder key names: the daemon's
+// principal (the proof's audience) and the holder key.
+func (c *Client) proofParties(ctx context.Context, holder crypto.Signer) (principal, key string, err error) {
+	if principal, err = c.principal(ctx); err != nil {
+		return "", "", err
+	}
+	key, err = holderKey(holder)
+	return principal, key, err
+}
+
 // Grant asks for a root grant to holder's key with caveats, proving that the
 // caller holds the key. It blocks while a human decides; events receive the
 // match code to show.
 func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []grant.Caveat, events func(Event)) (*GrantResult, error) {
-	principal, err := c.principal(ctx)
-	if err != nil {
-		return nil, err
-	}
-	key, err := holderKey(holder)
+	principal, key, err := c.proofParties(ctx, holder)
 	if err != nil {
 		return nil, err
 	}
@@ -312,11 +318,7 @@ func (c *Client) Explain(ctx context.Context, holder string, caveats []grant.Cav
 // Consent asks for a consent grant (§6.6) for the proposal a service sent,
 // given the service's consent object (or its whole ERROR frame).
 func (c *Client) Consent(ctx context.Context, holder crypto.Signer, service string, consent, proposal json.RawMessage, events func(Event)) (*GrantResult, error) {
-	principal, err := c.principal(ctx)
-	if err != nil {
-		return nil, err
-	}
-	key, err := holderKey(holder)
+	principal, key, err := c.proofParties(ctx, holder)
 	if err != nil {
 		return nil, err
 	}
