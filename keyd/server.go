@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -474,4 +473,3 @@ func shortErr(err error) string {
 	return s
 }
 
-var _ = os.Getpid
