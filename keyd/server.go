@@ -472,4 +472,3 @@ func shortErr(err error) string {
 	}
 	return s
 }
-
