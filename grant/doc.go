@@ -47,6 +47,12 @@
 // checks the proof of possession with VerifyProof and reserves spend
 // against Result.SpendBlocks.
 //
+// A service sees the same grant on every request of an agent. A BlockCache
+// in Context.Cache remembers the block signatures already checked, keyed by
+// the signer's key, the exact signed bytes and the signature, so that such a
+// grant costs microseconds instead of one Ed25519 verification per block;
+// expiry, trust, the holder and every caveat are still checked on each call.
+//
 // # Proofs and consent
 //
 // MakeProof and VerifyProof implement §6.5 with its ±300 s window.
