@@ -556,7 +556,7 @@ func (t *Token) Delegate(holder crypto.Signer, to ed25519.PublicKey, caveats []C
 	if blk.signed, err = marshalPayload(&blk.Payload, false); err != nil {
 		return nil, fmt.Errorf("delegate: %w", err)
 	}
-	if blk.Sig, err = sign(holder, blk.signed); err != nil {
+	if blk.Sig, err = signHolder(holder, blk.signed); err != nil {
 		return nil, fmt.Errorf("delegate: %w", err)
 	}
 	blocks := make([]Block, len(t.Blocks), len(t.Blocks)+1)
