@@ -1,13 +1,18 @@
 package keyd
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -19,9 +24,19 @@ import (
 // Client speaks the daemon protocol over the Unix socket. Requests are
 // multiplexed; every method is safe for concurrent use. Refusals come back as
 // *Error carrying the daemon's stable code.
+//
+// No goroutine of its own reads the connection. A request waits either for
+// its reply or for the reader token; whoever holds the token reads frames
+// and hands each to its request until its own reply has come, then passes
+// the token on. So a lone request's reply is read by the goroutine that
+// waits for it, without a hand-off between goroutines (docs/performance.md).
 type Client struct {
-	nc      net.Conn
-	wmu     sync.Mutex
+	nc  net.Conn
+	wmu sync.Mutex
+	// reader holds the token (capacity 1) while nobody reads; fr is used
+	// only by the token's holder.
+	reader  chan struct{}
+	fr      *clientReader
 	mu      sync.Mutex
 	next    uint64
 	calls   map[string]*call
@@ -57,57 +72,88 @@ func Dial(path string) (*Client, error) {
 		}
 		return nil, err
 	}
-	c := &Client{nc: nc, calls: map[string]*call{}, done: make(chan struct{})}
-	go c.readLoop()
+	c := &Client{nc: nc, calls: map[string]*call{}, done: make(chan struct{}), reader: make(chan struct{}, 1),
+		fr: &clientReader{r: bufio.NewReaderSize(nc, frameReadBuffer)}}
+	c.reader <- struct{}{}
 	return c, nil
 }
 
 // Close closes the connection, which withdraws any request still waiting.
 func (c *Client) Close() error { return c.nc.Close() }
 
-func (c *Client) readLoop() {
-	fr := newFrameReader(c.nc)
-	var err error
+// clientReader reads the daemon's frames. Unlike frameReader it keeps a
+// partly read frame across a read error, so that a read cut short by a
+// deadline (a request's context ended) loses nothing for the next reader.
+type clientReader struct {
+	r       *bufio.Reader
+	partial []byte
+}
+
+func (cr *clientReader) next() ([]byte, error) {
 	for {
-		var line []byte
-		line, err = fr.next()
+		chunk, err := cr.r.ReadSlice('\n')
+		if len(cr.partial)+len(chunk) > MaxFrame+1 {
+			return nil, errFrameTooLarge
+		}
+		if err == nil && len(cr.partial) == 0 {
+			return bytes.TrimRight(chunk, "\r\n"), nil
+		}
+		cr.partial = append(cr.partial, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
 		if err != nil {
-			break
+			return nil, err
 		}
-		var f Frame
-		if json.Unmarshal(line, &f) != nil {
-			continue
-		}
-		if f.Re == "" && f.Kind == KindError {
-			// A refusal of the whole connection (not allowed to connect,
-			// too many connections) or of an unreadable frame.
-			err = f.err()
-			if f.Code == CodeBadFrame {
-				continue
-			}
-			break
-		}
-		c.mu.Lock()
-		cl := c.calls[f.Re]
-		if cl != nil && f.Kind != KindEvent {
-			delete(c.calls, f.Re)
-		}
-		c.mu.Unlock()
-		if cl == nil {
-			continue
-		}
-		if f.Kind == KindEvent {
-			if cl.events != nil {
-				cl.events(&f)
-			}
-			continue
-		}
-		cl.reply <- &f
+		line := cr.partial
+		cr.partial = cr.partial[:0:0]
+		return bytes.TrimRight(line, "\r\n"), nil
 	}
+}
+
+// dispatch hands one frame to the request it answers. A non-nil error is a
+// refusal of the whole connection, which ends it.
+func (c *Client) dispatch(line []byte) error {
+	var f Frame
+	if json.Unmarshal(line, &f) != nil {
+		return nil
+	}
+	if f.Re == "" && f.Kind == KindError {
+		// A refusal of the whole connection (not allowed to connect, too
+		// many connections) or of an unreadable frame.
+		if f.Code == CodeBadFrame {
+			return nil
+		}
+		return f.err()
+	}
+	c.mu.Lock()
+	cl := c.calls[f.Re]
+	if cl != nil && f.Kind != KindEvent {
+		delete(c.calls, f.Re)
+	}
+	c.mu.Unlock()
+	switch {
+	case cl == nil:
+	case f.Kind == KindEvent:
+		if cl.events != nil {
+			cl.events(&f)
+		}
+	default:
+		cl.reply <- &f // buffered: one final reply per call
+	}
+	return nil
+}
+
+// shutdown ends the connection for every request with err.
+func (c *Client) shutdown(err error) {
 	if err == nil || errors.Is(err, net.ErrClosed) {
 		err = errors.New("connection to parley-keyd closed")
 	}
 	c.mu.Lock()
+	if c.closed != nil {
+		c.mu.Unlock()
+		return
+	}
 	c.closed = err
 	calls := c.calls
 	c.calls = map[string]*call{}
@@ -118,9 +164,55 @@ func (c *Client) readLoop() {
 	}
 }
 
+// longAgo is a read deadline that has passed: setting it wakes a reader.
+var longAgo = time.Unix(1, 0)
+
+// readFor reads and dispatches frames, holding the reader token, until the
+// request id has its final reply, the connection ends, or ctx ends (then it
+// returns ctx's error). Without a request (id "") it reads until the
+// connection ends or ctx ends.
+func (c *Client) readFor(ctx context.Context, id string) error {
+	if ctx.Done() != nil {
+		// A blocked read ends when the request's context does.
+		stop := context.AfterFunc(ctx, func() { c.nc.SetReadDeadline(longAgo) })
+		defer stop()
+	}
+	for {
+		c.mu.Lock()
+		finished := c.closed != nil || (id != "" && c.calls[id] == nil)
+		c.mu.Unlock()
+		if finished {
+			return nil
+		}
+		line, err := c.fr.next()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			c.nc.SetReadDeadline(time.Time{})
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue // a deadline another request's end left behind
+		}
+		if err == nil {
+			err = c.dispatch(line)
+		}
+		if err != nil {
+			c.shutdown(err)
+			return nil
+		}
+	}
+}
+
 // Do sends a request frame and waits for its final reply, passing EVENT
 // replies to events as they come. An ERROR reply is returned as *Error.
 func (c *Client) Do(ctx context.Context, f *Frame, events func(*Frame)) (*Frame, error) {
+	return c.do(ctx, func(id string) ([]byte, error) {
+		f.ID = id
+		return encodeFrame(f)
+	}, events)
+}
+
+// do is Do for a frame that encode writes, given the request id.
+func (c *Client) do(ctx context.Context, encode func(id string) ([]byte, error), events func(*Frame)) (*Frame, error) {
 	c.mu.Lock()
 	if c.closed != nil {
 		err := c.closed
@@ -128,50 +220,64 @@ func (c *Client) Do(ctx context.Context, f *Frame, events func(*Frame)) (*Frame,
 		return nil, err
 	}
 	c.next++
-	f.ID = strconv.FormatUint(c.next, 10)
+	id := strconv.FormatUint(c.next, 10)
 	cl := &call{events: events, reply: make(chan *Frame, 1)}
-	c.calls[f.ID] = cl
+	c.calls[id] = cl
 	c.mu.Unlock()
-	b, err := encodeFrame(f)
+	b, err := encode(id)
 	if err != nil {
-		c.forget(f.ID)
+		c.forget(id)
 		return nil, err
 	}
 	c.wmu.Lock()
 	_, err = c.nc.Write(b)
 	c.wmu.Unlock()
 	if err != nil {
-		c.forget(f.ID)
+		c.forget(id)
 		// The daemon may have refused the connection and closed it before
 		// we wrote: its ERROR frame is still waiting to be read.
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
 		select {
+		case <-c.reader:
+			c.readFor(rctx, "")
+			c.reader <- struct{}{}
 		case <-c.done:
-			c.mu.Lock()
-			cerr := c.closed
-			c.mu.Unlock()
-			var e *Error
-			if errors.As(cerr, &e) {
-				return nil, e
-			}
-		case <-time.After(2 * time.Second):
+		case <-rctx.Done():
+		}
+		c.mu.Lock()
+		cerr := c.closed
+		c.mu.Unlock()
+		var e *Error
+		if errors.As(cerr, &e) {
+			return nil, e
 		}
 		return nil, fmt.Errorf("send to parley-keyd: %w", err)
 	}
-	select {
-	case r, ok := <-cl.reply:
-		if !ok {
-			c.mu.Lock()
-			err := c.closed
-			c.mu.Unlock()
-			return nil, err
+	for {
+		select {
+		case r, ok := <-cl.reply:
+			if !ok {
+				c.mu.Lock()
+				err := c.closed
+				c.mu.Unlock()
+				return nil, err
+			}
+			if r.Kind == KindError {
+				return nil, r.err()
+			}
+			return r, nil
+		case <-c.reader:
+			err := c.readFor(ctx, id)
+			c.reader <- struct{}{}
+			if err != nil {
+				c.forget(id)
+				return nil, err
+			}
+		case <-ctx.Done():
+			c.forget(id)
+			return nil, ctx.Err()
 		}
-		if r.Kind == KindError {
-			return nil, r.err()
-		}
-		return r, nil
-	case <-ctx.Done():
-		c.forget(f.ID)
-		return nil, ctx.Err()
 	}
 }
 
@@ -250,26 +356,70 @@ func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []gran
 	if err != nil {
 		return nil, err
 	}
-	if caveats == nil {
-		caveats = []grant.Caveat{}
-	}
-	body, err := json.Marshal(GrantBody{Holder: key, Caveats: caveats})
+	body, err := canonicalGrantBody(key, caveats)
 	if err != nil {
 		return nil, err
 	}
-	digest, err := GrantDigest(body)
-	if err != nil {
-		return nil, err
-	}
+	// body is canonical, so its digest is the SHA-256 of these bytes.
+	sum := sha256.Sum256(body)
+	digest := base64.RawURLEncoding.EncodeToString(sum[:])
 	proof, err := grant.MakeProof(holder, principal, ProofVerbGrant, digest, time.Now().Unix())
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.Do(ctx, &Frame{Verb: VerbGrant, Grant: body, Proof: &proof}, eventFunc(events))
+	r, err := c.do(ctx, func(id string) ([]byte, error) { return grantFrame(id, body, &proof) }, eventFunc(events))
 	if err != nil {
 		return nil, err
 	}
 	return decodeGrantResult(r)
+}
+
+// canonicalGrantBody returns the "grant" object of a GRANT request,
+// {"caveats":[…],"holder":"…"}, in canonical JSON (§10): the keys in order,
+// no spaces, each caveat as Caveat.MarshalJSON writes it (canonical), and
+// holder a key string of FormatPublicKey (only b64url characters after
+// "ed25519:"). Written by hand, it needs neither encoding/json nor a
+// canonicalizing pass to compute its digest.
+func canonicalGrantBody(holder string, caveats []grant.Caveat) ([]byte, error) {
+	b := make([]byte, 0, 128+64*len(caveats))
+	b = append(b, `{"caveats":[`...)
+	for i, c := range caveats {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		cb, err := c.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, cb...)
+	}
+	b = append(b, `],"holder":"`...)
+	b = append(b, holder...)
+	return append(b, `"}`...), nil
+}
+
+// grantFrame writes the GRANT request frame by hand: every part is already
+// JSON without a newline (body is canonical, the id is digits, the proof's
+// key and signature are b64url), so encoding/json would only check it again.
+func grantFrame(id string, body []byte, p *grant.Proof) ([]byte, error) {
+	b := make([]byte, 0, len(body)+256)
+	b = append(b, `{"parley":`...)
+	b = strconv.AppendInt(b, Version, 10)
+	b = append(b, `,"id":"`...)
+	b = append(b, id...)
+	b = append(b, `","verb":"`+VerbGrant+`","grant":`...)
+	b = append(b, body...)
+	b = append(b, `,"proof":{"key":"`...)
+	b = append(b, p.Key...)
+	b = append(b, `","ts":`...)
+	b = strconv.AppendInt(b, p.Ts, 10)
+	b = append(b, `,"sig":"`...)
+	b = append(b, p.Sig...)
+	b = append(b, "\"}}\n"...)
+	if len(b)-1 > MaxFrame {
+		return nil, errFrameTooLarge
+	}
+	return b, nil
 }
 
 func decodeGrantResult(r *Frame) (*GrantResult, error) {
