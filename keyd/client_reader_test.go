@@ -3,6 +3,7 @@ package keyd
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/parley-keyd/parley-keyd/grant"
 )
 
 // scriptedDaemon listens on a real Unix socket and runs serve on the first
@@ -178,5 +182,58 @@ func TestClientRefusedConnection(t *testing.T) {
 		if !errors.As(err, &e) || e.Code != CodeUnauthorized {
 			t.Fatalf("got %v, want the daemon's unauthorized", err)
 		}
+	}
+}
+
+// TestClientGrantReply drives Client.Grant against a scripted daemon: the
+// reply decoded in one pass by the waiting goroutine must be the reply the
+// general path decodes, events before it still reach the caller, and a
+// reply without a token is refused either way.
+func TestClientGrantReply(t *testing.T) {
+	hello := func(nc net.Conn, r *bufio.Reader) {
+		id := readID(t, r)
+		fmt.Fprintf(nc, `{"parley":1,"id":"h","re":%q,"kind":"BRIEF","data":{"principal":"ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}}`+"\n", id)
+	}
+	_, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		data string
+		want *GrantResult
+	}{
+		"ok": {`{"token":"pg1.x","grant_id":"g","expires":5,"caveats":[{"svc":["a.example"]}],"decision":"ask","rule":"r","approver":"alice","channel":"terminal","strength":"strong","narrowed":["n"],"request":"r_1"}`,
+			&GrantResult{Token: "pg1.x", GrantID: "g", Expires: 5, Caveats: []grant.Caveat{grant.Svc("a.example")}, Decision: "ask", Rule: "r",
+				Approver: "alice", Channel: "terminal", Strength: "strong", Narrowed: []string{"n"}, RequestID: "r_1"}},
+		"fail/no-token": {`{"decision":"auto"}`, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := scriptedDaemon(t, func(nc net.Conn, r *bufio.Reader) {
+				hello(nc, r)
+				id := readID(t, r)
+				fmt.Fprintf(nc, `{"parley":1,"id":"e","re":%q,"kind":"EVENT","message":"waiting","data":{"request":"r_1","code":"47"}}`+"\n", id)
+				fmt.Fprintf(nc, `{"parley":1,"id":"g","re":%q,"kind":"GRANT","data":%s}`+"\n", id, tc.data)
+				r.ReadByte()
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var events []Event
+			res, err := c.Grant(ctx, key, []grant.Caveat{grant.Svc("a.example")}, func(e Event) { events = append(events, e) })
+			if len(events) != 1 || events[0].Code != "47" {
+				t.Errorf("events %+v", events)
+			}
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("accepted %+v", res)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, res); diff != "" {
+				t.Fatalf("reply (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
