@@ -8,6 +8,14 @@
 // no global state. Signing goes through crypto.Signer, so a principal key
 // can live in a key service.
 //
+// Ed25519 signatures are deterministic, so a signature computed with a fault
+// can give the key away. Issue and IssueConsent therefore verify every
+// signature of the principal before a grant leaves, and every signer other
+// than an in-process ed25519.PrivateKey (an HSM, a key service) has each
+// signature verified against its key. Only a holder's own in-process key
+// signs its proofs and delegations unchecked: a bad one fails where it is
+// verified.
+//
 // # Keys
 //
 // Public keys are written "ed25519:" + b64url of the 32 raw bytes (§6.1);

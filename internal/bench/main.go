@@ -131,7 +131,7 @@ func run() error {
 	flag.StringVar(&o.sshAgentBin, "ssh-agent", "ssh-agent", "OpenSSH ssh-agent binary")
 	flag.StringVar(&o.dir, "dir", "", "folder for the state folder, sockets and the floor's files; its filesystem decides the cost of fsync (default: $TMPDIR)")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the figures to this file as JSON")
-	flag.StringVar(&o.perfOut, "perf", "", "record a perf profile of the daemon during the rounds into this file (needs perf)")
+	flag.StringVar(&o.perfOut, "perf", "", "after the rounds, record perf profiles of the daemon under the protocol clients' load into this file, and in sequence into FILE.seq (needs perf)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the clients) during the rounds to this file; samples carry the labels system and phase")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds of floor and systems, interleaved; the figures are medians over them")
 	flag.IntVar(&o.n, "n", 2000, "requests timed in sequence per system and round for the latency figures")
@@ -276,20 +276,19 @@ func run() error {
 	}
 	defer fl.stop()
 
-	stopPerf, err := startPerf(o.perfOut, pid)
-	if err != nil {
-		return err
-	}
 	stopProfile, err := startCPUProfile(o.cpuProfile)
 	if err != nil {
-		stopPerf()
 		return err
 	}
 	fig.Rounds, err = runRounds(systems, fl, o.rounds, o.n, o.duration)
 	stopProfile()
-	stopPerf()
 	if err != nil {
 		return err
+	}
+	if o.perfOut != "" {
+		if err := profileDaemon(o.perfOut, pid, systems[1], o.n, o.duration); err != nil {
+			return err
+		}
 	}
 	for _, s := range systems {
 		s.close()
@@ -497,17 +496,38 @@ func lastIssueRecord(path string) (int, error) {
 	return 0, fmt.Errorf("%s: no issue record", path)
 }
 
-// startPerf records the daemon's CPU profile with perf until the returned
-// function is called. No file name, no profile.
-func startPerf(out string, pid int) (func(), error) {
-	if out == "" {
-		return func() {}, nil
+// profileDaemon records perf profiles of the daemon: under the load of s's
+// clients for twice d into out, and under n requests of one client in
+// sequence into out.seq. Read them with perf report -i FILE --children.
+func profileDaemon(out string, pid int, s *system, n int, d time.Duration) error {
+	step("perf: the daemon under %d clients for %v, then %d requests in sequence", len(s.ops), 2*d, n)
+	stop, err := startPerf(out, pid)
+	if err != nil {
+		return err
 	}
+	_, err = measureThroughput(pid, s.ops, 2*d)
+	stop()
+	if err != nil {
+		return err
+	}
+	if stop, err = startPerf(out+".seq", pid); err != nil {
+		return err
+	}
+	_, err = measureLatency(pid, s.ops[0], 0, n)
+	stop()
+	return err
+}
+
+// startPerf records the daemon's CPU profile with perf until the returned
+// function is called.
+func startPerf(out string, pid int) (func(), error) {
 	cmd := exec.Command("perf", "record", "-F", "999", "-g", "-p", fmt.Sprint(pid), "-o", out)
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("perf: %w", err)
 	}
+	// perf needs a moment to attach before the load starts.
+	time.Sleep(300 * time.Millisecond)
 	return func() {
 		cmd.Process.Signal(syscall.SIGINT)
 		cmd.Wait()
