@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
@@ -123,7 +125,7 @@ func newFuzzServer(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	audit, err := OpenAudit(filepath.Join(dir, "audit.log"))
+	alog, err := audit.Open(filepath.Join(dir, "audit.log"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -131,7 +133,7 @@ func newFuzzServer(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := NewServer(Options{Config: cfg, Policy: pol, Signer: key, Audit: audit})
+	srv, err := NewServer(Options{Config: cfg, Policy: pol, Signer: key, Audit: alog})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -144,7 +146,7 @@ func newFuzzServer(tb testing.TB) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
-		audit.Close()
+		alog.Close()
 	})
 	return sock
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
@@ -484,11 +485,11 @@ func TestLoadMixed(t *testing.T) {
 	withdrawn := 0
 	for _, r := range recs {
 		switch r.Kind {
-		case AuditKindIssue:
+		case audit.KindIssue:
 			issued[r.GrantID] = true
-		case AuditKindWithdrawn:
+		case audit.KindWithdrawn:
 			withdrawn++
-		case AuditKindDeny:
+		case audit.KindDeny:
 		default:
 			t.Errorf("unexpected audit record %+v", r)
 		}

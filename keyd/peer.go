@@ -47,11 +47,6 @@ type Identity struct {
 	Unit     string
 }
 
-// AuditCaller returns the fields of id that go into an audit record.
-func (id Identity) AuditCaller() *AuditCaller {
-	return &AuditCaller{UID: id.UID, GID: id.GID, PID: id.PID, User: id.User, Exe: id.Exe, Unit: id.Unit}
-}
-
 // String returns "user (uid 1000, pid 4242)" for messages.
 func (id Identity) String() string {
 	return fmt.Sprintf("%s (uid %d, pid %d)", id.User, id.UID, id.PID)

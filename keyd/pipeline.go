@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
@@ -89,8 +90,8 @@ func (c *conn) caller(holder string) policies.Caller {
 		GroupIDs: c.id.GroupIDs, Exe: c.id.Exe, Unit: c.id.Unit, HolderKey: holder}
 }
 
-func (c *conn) auditCaller() *AuditCaller {
-	return &AuditCaller{UID: c.id.UID, GID: c.id.GID, PID: c.id.PID, User: c.id.User, Exe: c.id.Exe, Unit: c.id.Unit}
+func (c *conn) auditCaller() *audit.Caller {
+	return &audit.Caller{UID: c.id.UID, GID: c.id.GID, PID: c.id.PID, User: c.id.User, Exe: c.id.Exe, Unit: c.id.Unit}
 }
 
 func (c *conn) view() CallerView {
@@ -328,12 +329,12 @@ func (c *conn) grantVerb(f *Frame) (*Frame, error) {
 		return nil, err
 	}
 	d := pol.Decide(c.caller(body.Holder), req)
-	rec := AuditRecord{Kind: "issue", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: body.Holder,
-		Requested: boundedJSON(caveatsJSON(body.Caveats)), Decision: string(d.Action), DecidedBy: &AuditDecider{Rule: d.Rule}}
+	rec := audit.Record{Kind: "issue", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: body.Holder,
+		Requested: boundedJSON(caveatsJSON(body.Caveats)), Decision: string(d.Action), DecidedBy: &audit.Decider{Rule: d.Rule}}
 	// fail records a request that ends in an error after it was decided,
 	// so that even an approval that led nowhere is in the log.
 	fail := func(err error) (*Frame, error) {
-		rec.Kind, rec.Message = AuditKindError, shortErr(err)
+		rec.Kind, rec.Message = audit.KindError, shortErr(err)
 		c.s.auditBestEffort(rec)
 		return nil, err
 	}
@@ -406,7 +407,7 @@ type GrantResult struct {
 	RequestID string         `json:"request"`
 }
 
-func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec AuditRecord, narrowed []string) (*Frame, error) {
+func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec audit.Record, narrowed []string) (*Frame, error) {
 	res := GrantResult{Token: tok.Encode(), GrantID: tok.ID(), Expires: exp, Caveats: cavs, Decision: rec.Decision,
 		Rule: rec.DecidedBy.Rule, Approver: rec.DecidedBy.Approver, Channel: rec.DecidedBy.Channel,
 		Strength: rec.DecidedBy.Strength, Narrowed: narrowed, RequestID: rec.RequestID}
@@ -422,11 +423,11 @@ func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec AuditRecor
 func refusalKind(code Code) string {
 	switch code {
 	case CodeTimeout:
-		return AuditKindTimeout
+		return audit.KindTimeout
 	case codeWithdrawn:
-		return AuditKindWithdrawn
+		return audit.KindWithdrawn
 	}
-	return AuditKindDeny
+	return audit.KindDeny
 }
 
 func strength(a Approval) string {
@@ -441,7 +442,7 @@ func strength(a Approval) string {
 
 // commitAudit writes rec durably. Property 2: if it fails, the grant that was
 // just signed is dropped here and never leaves the daemon.
-func (s *Server) commitAudit(rec AuditRecord) error {
+func (s *Server) commitAudit(rec audit.Record) error {
 	if _, err := s.audit.Append(rec); err != nil {
 		s.logf("audit append failed, grant %s discarded: %v", rec.GrantID, err)
 		return &Error{Code: CodeUnavailable, Message: "the audit log cannot be written, so no grant was issued",
@@ -452,7 +453,7 @@ func (s *Server) commitAudit(rec AuditRecord) error {
 
 // auditBestEffort records a refusal. A refusal stands whether or not its
 // record could be written; the failure is logged.
-func (s *Server) auditBestEffort(rec AuditRecord) {
+func (s *Server) auditBestEffort(rec audit.Record) {
 	if _, err := s.audit.Append(rec); err != nil {
 		s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, err)
 	}
@@ -572,9 +573,9 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := AuditRecord{Kind: "consent", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: f.Holder}
+	rec := audit.Record{Kind: "consent", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: f.Holder}
 	refuse := func(e *Error) (*Frame, error) {
-		rec.Kind, rec.Decision, rec.Message = AuditKindDeny, string(e.Code), e.Message
+		rec.Kind, rec.Decision, rec.Message = audit.KindDeny, string(e.Code), e.Message
 		c.s.auditBestEffort(rec)
 		return nil, e
 	}
@@ -594,14 +595,14 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 	facts := policies.ConsentFacts{Service: f.Service, Capability: prop.Capability, Cost: prop.Cost,
 		Risk: prop.Risk, Expires: prop.Expires, Now: now}
 	d := pol.DecideConsent(c.caller(f.Holder), facts)
-	rec.DecidedBy = &AuditDecider{Rule: d.Rule}
+	rec.DecidedBy = &audit.Decider{Rule: d.Rule}
 	// The summary is the service's words, possibly long: the log keeps a
 	// cut, neutralized copy; the hash binds the real proposal anyway.
 	logged := cr
 	logged.Summary = grant.SafeText(cr.Summary, 200)
 	rec.Requested = boundedJSON(mustJSON(logged))
 	fail := func(err error) (*Frame, error) {
-		rec.Kind, rec.Message = AuditKindError, shortErr(err)
+		rec.Kind, rec.Message = audit.KindError, shortErr(err)
 		c.s.auditBestEffort(rec)
 		return nil, err
 	}

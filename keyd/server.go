@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/policies"
 	"golang.org/x/sync/semaphore"
 )
@@ -21,7 +22,7 @@ import (
 // AuditSink is where the daemon records every decision. Append returns only
 // once the record is durable; the daemon releases a grant only after that.
 type AuditSink interface {
-	Append(rec AuditRecord) (uint64, error)
+	Append(rec audit.Record) (uint64, error)
 }
 
 // Options configure a Server.

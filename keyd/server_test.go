@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
@@ -65,7 +66,7 @@ type harness struct {
 	dir    string
 	sock   string
 	srv    *Server
-	audit  *AuditLog
+	audit  *audit.Log
 	key    ed25519.PrivateKey // the principal
 	cfg    *Config
 	served chan error
@@ -100,7 +101,7 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.audit, err = OpenAudit(filepath.Join(dir, "audit.log"))
+	h.audit, err = audit.Open(filepath.Join(dir, "audit.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,22 +173,22 @@ func wantCode(t *testing.T, err error, code Code) {
 	}
 }
 
-func auditRecords(t *testing.T, h *harness) []AuditRecord {
+func auditRecords(t *testing.T, h *harness) []audit.Record {
 	t.Helper()
 	f, err := os.Open(filepath.Join(h.dir, "audit.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := VerifyAuditChain(f); err != nil {
+	if _, err := audit.VerifyChain(f); err != nil {
 		t.Fatalf("audit log does not verify: %v", err)
 	}
 	f.Seek(0, 0)
-	var out []AuditRecord
+	var out []audit.Record
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 4<<20)
 	for sc.Scan() {
-		var r AuditRecord
+		var r audit.Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatal(err)
 		}
@@ -572,7 +573,7 @@ func TestGrantProofChecks(t *testing.T) {
 
 type failingAudit struct{ n int }
 
-func (f *failingAudit) Append(AuditRecord) (uint64, error) {
+func (f *failingAudit) Append(audit.Record) (uint64, error) {
 	f.n++
 	return 0, errors.New("disk full")
 }

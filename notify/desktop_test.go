@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -490,7 +492,7 @@ func startDaemon(t *testing.T, dir, cfg string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audit, err := keyd.OpenAudit(filepath.Join(dir, "audit.log"))
+	alog, err := audit.Open(filepath.Join(dir, "audit.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +500,7 @@ func startDaemon(t *testing.T, dir, cfg string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := keyd.NewServer(keyd.Options{Config: c, Policy: pol, Signer: key, Audit: audit, Logf: t.Logf})
+	srv, err := keyd.NewServer(keyd.Options{Config: c, Policy: pol, Signer: key, Audit: alog, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +518,7 @@ func startDaemon(t *testing.T, dir, cfg string) *daemon {
 		if err := srv.Shutdown(ctx); err != nil {
 			t.Errorf("daemon shutdown: %v", err)
 		}
-		audit.Close()
+		alog.Close()
 	})
 	return d
 }

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
@@ -82,7 +84,7 @@ func startPhoneDaemon(t *testing.T, ln net.Listener) *phoneDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audit, err := keyd.OpenAudit(filepath.Join(dir, "audit.log"))
+	alog, err := audit.Open(filepath.Join(dir, "audit.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func startPhoneDaemon(t *testing.T, ln net.Listener) *phoneDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.srv, err = keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: priv, Audit: audit, Logf: t.Logf})
+	d.srv, err = keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: priv, Audit: alog, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +111,7 @@ func startPhoneDaemon(t *testing.T, ln net.Listener) *phoneDaemon {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		d.srv.Shutdown(ctx)
-		audit.Close()
+		alog.Close()
 	})
 	return d
 }

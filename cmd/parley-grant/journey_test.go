@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/keyfile"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
@@ -132,12 +134,12 @@ func startDaemon(t *testing.T, policy string, edit func(*keyd.Config)) *testDaem
 	if err != nil {
 		t.Fatal(err)
 	}
-	audit, err := keyd.OpenAudit(filepath.Join(dir, "audit.log"))
+	alog, err := audit.Open(filepath.Join(dir, "audit.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	principal := newTestKey(t)
-	d.srv, err = keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: principal, Audit: audit, Logf: t.Logf})
+	d.srv, err = keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: principal, Audit: alog, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +157,7 @@ func startDaemon(t *testing.T, policy string, edit func(*keyd.Config)) *testDaem
 			t.Errorf("daemon shutdown: %v", err)
 		}
 		<-served
-		audit.Close()
+		alog.Close()
 	})
 	return d
 }

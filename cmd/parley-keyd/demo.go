@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/policies"
@@ -92,12 +94,12 @@ func runDemo(state string, yes bool) error {
 		return err
 	}
 	defer signer.Close()
-	audit, err := keyd.OpenAudit(filepath.Join(state, "audit.log"))
+	alog, err := audit.Open(filepath.Join(state, "audit.log"))
 	if err != nil {
 		return err
 	}
-	defer audit.Close()
-	srv, err := keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: signer, Audit: audit})
+	defer alog.Close()
+	srv, err := keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: signer, Audit: alog})
 	if err != nil {
 		return err
 	}
@@ -240,11 +242,11 @@ func showAudit(state string) error {
 		return err
 	}
 	defer f.Close()
-	if err := keyd.ShowAudit(f, os.Stdout); err != nil {
+	if err := audit.Show(f, os.Stdout); err != nil {
 		return err
 	}
 	f.Seek(0, 0)
-	head, err := keyd.VerifyAuditChain(f)
+	head, err := audit.VerifyChain(f)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd"
@@ -270,18 +272,18 @@ func (e *e2e) stop(sig syscall.Signal) error {
 	return nil
 }
 
-func (e *e2e) auditRecords() []keyd.AuditRecord {
+func (e *e2e) auditRecords() []audit.Record {
 	e.t.Helper()
 	f, err := os.Open(filepath.Join(e.state, "audit.log"))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer f.Close()
-	var out []keyd.AuditRecord
+	var out []audit.Record
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 4<<20)
 	for sc.Scan() {
-		var r keyd.AuditRecord
+		var r audit.Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			e.t.Fatalf("audit line %q: %v", sc.Text(), err)
 		}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd"
@@ -293,9 +295,9 @@ func TestFaultKill9Repeated(t *testing.T) {
 	recovered := 0
 	for _, r := range e.auditRecords() {
 		switch r.Kind {
-		case keyd.AuditKindIssue:
+		case audit.KindIssue:
 			issued[r.GrantID] = true
-		case keyd.AuditKindRecovered:
+		case audit.KindRecovered:
 			recovered++
 		}
 	}
@@ -314,19 +316,19 @@ func TestFaultKill9Repeated(t *testing.T) {
 // auditAfter waits until the audit log holds a record for which first
 // returns true and then at least n request records (issue or deny), and
 // returns those.
-func (e *e2e) auditAfter(what string, first func(keyd.AuditRecord) bool, n int) []keyd.AuditRecord {
+func (e *e2e) auditAfter(what string, first func(audit.Record) bool, n int) []audit.Record {
 	e.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		recs := e.auditRecords()
-		var after []keyd.AuditRecord
+		var after []audit.Record
 		found := false
 		for _, r := range recs {
 			if !found {
 				found = first(r)
 				continue
 			}
-			if r.Kind == keyd.AuditKindIssue || r.Kind == keyd.AuditKindDeny {
+			if r.Kind == audit.KindIssue || r.Kind == audit.KindDeny {
 				after = append(after, r)
 			}
 		}
@@ -341,7 +343,7 @@ func (e *e2e) auditAfter(what string, first func(keyd.AuditRecord) bool, n int) 
 }
 
 // recString names a request record's kind, deciding rule and sequence number.
-func recString(r keyd.AuditRecord) string {
+func recString(r audit.Record) string {
 	rule := ""
 	if r.DecidedBy != nil {
 		rule = r.DecidedBy.Rule
@@ -364,11 +366,11 @@ func TestFaultReloadUnderLoad(t *testing.T) {
 
 	e.writeOwned(policyPath, "version = 1\n[[rule]]\nbogus = 1\n")
 	e.proc.Process.Signal(syscall.SIGHUP)
-	after := e.auditAfter("a refused reload and 100 requests after it", func(r keyd.AuditRecord) bool {
-		return r.Kind == keyd.AuditKindPolicyReload && r.Decision == "refused"
+	after := e.auditAfter("a refused reload and 100 requests after it", func(r audit.Record) bool {
+		return r.Kind == audit.KindPolicyReload && r.Decision == "refused"
 	}, 100)
 	for _, r := range after {
-		if r.Kind != keyd.AuditKindIssue || r.DecidedBy == nil || r.DecidedBy.Rule != "calendar-auto" {
+		if r.Kind != audit.KindIssue || r.DecidedBy == nil || r.DecidedBy.Rule != "calendar-auto" {
 			t.Fatalf("after an invalid policy: %s", recString(r))
 		}
 	}
@@ -383,11 +385,11 @@ svc = ["cal.example"]
 	e.writeOwned(policyPath, strings.Replace(e2ePolicy, "[[rule]]", closed+"\n[[rule]]", 1))
 	e.proc.Process.Signal(syscall.SIGHUP)
 	const inflight = 8 // one request per connection of the agent
-	after = e.auditAfter("a loaded reload and 100 requests after it", func(r keyd.AuditRecord) bool {
-		return r.Kind == keyd.AuditKindPolicyReload && r.Decision == "loaded"
+	after = e.auditAfter("a loaded reload and 100 requests after it", func(r audit.Record) bool {
+		return r.Kind == audit.KindPolicyReload && r.Decision == "loaded"
 	}, inflight+100)
 	for i, r := range after[inflight:] {
-		if r.Kind != keyd.AuditKindDeny || r.DecidedBy == nil || r.DecidedBy.Rule != "calendar-closed" {
+		if r.Kind != audit.KindDeny || r.DecidedBy == nil || r.DecidedBy.Rule != "calendar-closed" {
 			t.Fatalf("request %d after a valid reload: %s", inflight+i, recString(r))
 		}
 	}
@@ -524,7 +526,7 @@ pending = 3
 	for {
 		withdrawn := 0
 		for _, rec := range e.auditRecords() {
-			if rec.Kind == keyd.AuditKindWithdrawn && rec.Holder == floodPub {
+			if rec.Kind == audit.KindWithdrawn && rec.Holder == floodPub {
 				withdrawn++
 			}
 		}

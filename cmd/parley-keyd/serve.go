@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/policies"
@@ -94,24 +96,24 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		logger.Printf("warning: could not lock the key in memory (it may reach swap): %v", err)
 	}
 
-	audit, err := keyd.OpenAudit(filepath.Join(state, "audit.log"))
-	if errors.Is(err, keyd.ErrAuditInUse) {
+	alog, err := audit.Open(filepath.Join(state, "audit.log"))
+	if errors.Is(err, audit.ErrInUse) {
 		return withHint(err, "another parley-keyd already runs on "+state+"; stop it first")
 	}
 	if err != nil {
 		return withHint(fmt.Errorf("audit log: %w", err), "check it with: parley-keyd audit verify --state "+state)
 	}
-	defer audit.Close()
+	defer alog.Close()
 	// The chain head goes to the journal at start and stop: a record cut from
 	// the end of the log is found by comparing with it (docs/audit.md).
-	head := audit.Head()
-	logger.Printf("audit log %s: %d records, head %s", audit.Path(), head.Seq, head.Hash)
+	head := alog.Head()
+	logger.Printf("audit log %s: %d records, head %s", alog.Path(), head.Seq, head.Hash)
 	defer func() {
-		head := audit.Head()
+		head := alog.Head()
 		logger.Printf("audit log at stop: %d records, head %s", head.Seq, head.Hash)
 	}()
 
-	srv, err := keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: signer, Audit: audit, Logf: logger.Printf})
+	srv, err := keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: signer, Audit: alog, Logf: logger.Printf})
 	if err != nil {
 		return err
 	}
@@ -119,7 +121,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := audit.Append(keyd.AuditRecord{Kind: "start", Message: fmt.Sprintf("pid %d, socket %s, principal %s", os.Getpid(), ln.Addr(), srv.Principal())}); err != nil {
+	if _, err := alog.Append(audit.Record{Kind: "start", Message: fmt.Sprintf("pid %d, socket %s, principal %s", os.Getpid(), ln.Addr(), srv.Principal())}); err != nil {
 		return fmt.Errorf("audit log: %w", err)
 	}
 	logger.Printf("listening on %s; principal %s", ln.Addr(), srv.Principal())
@@ -140,14 +142,14 @@ func serve(state, configPath, socketFlag, passFile string) error {
 			return err
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reload(srv, configPath, socketFlag, audit, logger)
+				reload(srv, configPath, socketFlag, alog, logger)
 				continue
 			}
 			logger.Printf("%v: answering waiting requests and stopping", sig)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := srv.Shutdown(ctx)
 			cancel()
-			audit.Append(keyd.AuditRecord{Kind: "stop", Message: sig.String()})
+			alog.Append(audit.Record{Kind: "stop", Message: sig.String()})
 			return err
 		}
 	}
@@ -155,7 +157,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 
 // reload reads the configuration and policy again. Property 6: a file that
 // does not parse changes nothing; either outcome goes into the audit log.
-func reload(srv *keyd.Server, configPath, socketFlag string, audit *keyd.AuditLog, logger *log.Logger) {
+func reload(srv *keyd.Server, configPath, socketFlag string, alog *audit.Log, logger *log.Logger) {
 	cfg, err := keyd.LoadConfig(configPath)
 	var pol *policies.Policy
 	if err == nil {
@@ -166,12 +168,12 @@ func reload(srv *keyd.Server, configPath, socketFlag string, audit *keyd.AuditLo
 	}
 	if err != nil {
 		logger.Printf("reload refused, keeping the current configuration and policy: %v", err)
-		audit.Append(keyd.AuditRecord{Kind: "policy-reload", Decision: "refused", Message: err.Error()})
+		alog.Append(audit.Record{Kind: "policy-reload", Decision: "refused", Message: err.Error()})
 		return
 	}
 	srv.Reload(cfg, pol)
 	logger.Printf("reloaded %s and %s", configPath, cfg.PolicyPath())
-	audit.Append(keyd.AuditRecord{Kind: "policy-reload", Decision: "loaded", Message: cfg.PolicyPath()})
+	alog.Append(audit.Record{Kind: "policy-reload", Decision: "loaded", Message: cfg.PolicyPath()})
 }
 
 // listen returns the systemd-activated socket when there is one, else a new

@@ -41,6 +41,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"golang.org/x/sys/unix"
@@ -372,7 +374,7 @@ func auditBatch(path string, from, to time.Time) (float64, error) {
 			return 0, fmt.Errorf("%s: %w", path, err)
 		}
 		t, err := time.Parse(time.RFC3339Nano, rec.Time)
-		if err != nil || rec.Kind != keyd.AuditKindIssue || t.Before(from) || t.After(to) {
+		if err != nil || rec.Kind != audit.KindIssue || t.Before(from) || t.After(to) {
 			continue
 		}
 		records++
