@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/keystore"
+
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -62,9 +64,9 @@ func runDemo(state string, yes bool) error {
 	if err != nil {
 		return err
 	}
-	pub, err := keyd.InitState(state, nil)
+	pub, err := keystore.Init(state, nil)
 	switch {
-	case errors.Is(err, keyd.ErrKeyExists), errors.Is(err, fs.ErrExist):
+	case errors.Is(err, keystore.ErrKeyExists), errors.Is(err, fs.ErrExist):
 		fmt.Printf("Reusing the demo state folder %s\n", state)
 	case err != nil:
 		return err
@@ -89,7 +91,7 @@ func runDemo(state string, yes bool) error {
 	if err != nil {
 		return err
 	}
-	signer, err := keyd.LoadKey(state, func() ([]byte, error) { return nil, errors.New("the demo key is not encrypted") })
+	signer, err := keystore.Load(state, func() ([]byte, error) { return nil, errors.New("the demo key is not encrypted") })
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/keystore"
+
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -396,7 +398,7 @@ func TestE2EApprovalByAnotherUser(t *testing.T) {
 
 func TestE2EKeyPermissionsRefused(t *testing.T) {
 	e := newE2E(t)
-	key := filepath.Join(e.state, keyd.KeyFileName)
+	key := filepath.Join(e.state, keystore.KeyFileName)
 	cases := []struct {
 		name   string
 		break_ func()

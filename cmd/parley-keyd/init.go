@@ -8,6 +8,8 @@ import (
 	"os/user"
 	"path/filepath"
 
+	"github.com/parley-keyd/parley-keyd/keyd/keystore"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/policies"
@@ -34,9 +36,9 @@ trust. It never overwrites an existing key.`,
 				}
 				pass = p
 			}
-			pub, err := keyd.InitState(state, pass)
+			pub, err := keystore.Init(state, pass)
 			if err != nil {
-				if errors.Is(err, keyd.ErrKeyExists) || errors.Is(err, fs.ErrExist) {
+				if errors.Is(err, keystore.ErrKeyExists) || errors.Is(err, fs.ErrExist) {
 					return withHint(err, "the principal key exists already; print it with: parley-keyd pubkey --state "+state)
 				}
 				return err
@@ -114,7 +116,7 @@ func newPubkeyCmd() *cobra.Command {
 		Short: "Print the principal's public key",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pub, err := keyd.PublicKeyOf(state)
+			pub, err := keystore.PublicKey(state)
 			if err != nil {
 				return withHint(err, "create the key with: parley-keyd init --state "+state)
 			}

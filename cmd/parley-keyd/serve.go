@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/keystore"
+
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 
 	"github.com/coreos/go-systemd/v22/activation"
@@ -76,7 +78,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	if err != nil {
 		return &exitError{code: exitPolicy, err: fmt.Errorf("policy: %w", err), hint: "check it with: parley-keyd policy check " + cfg.PolicyPath()}
 	}
-	signer, err := keyd.LoadKey(state, func() ([]byte, error) {
+	signer, err := keystore.Load(state, func() ([]byte, error) {
 		if passFile != "" {
 			return readPassphraseFile(passFile)
 		}
