@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/peercred"
+
 	"github.com/pelletier/go-toml/v2"
 )
 
@@ -207,7 +209,7 @@ type Roles struct {
 	Weak bool
 }
 
-func (c *Config) roles(id Identity) Roles {
+func (c *Config) roles(id peercred.Identity) Roles {
 	a := c.Access
 	userIn := func(list []string) bool {
 		uid := strconv.FormatUint(uint64(id.UID), 10)

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/peercred"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/policies"
@@ -37,9 +39,9 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// Identify returns the peer's identity; nil means PeerIdentity. Tests
+	// Identify returns the peer's identity; nil means peercred.Get. Tests
 	// leave it nil: identities come from the kernel.
-	Identify func(*net.UnixConn) (Identity, error)
+	Identify func(*net.UnixConn) (peercred.Identity, error)
 }
 
 // Server is the daemon: it accepts connections on a Unix socket, learns each
@@ -53,7 +55,7 @@ type Server struct {
 	audit     AuditSink
 	logf      func(string, ...any)
 	now       func() time.Time
-	identify  func(*net.UnixConn) (Identity, error)
+	identify  func(*net.UnixConn) (peercred.Identity, error)
 	queue     *queue
 	limiter   *policies.Limiter
 
@@ -96,7 +98,7 @@ func NewServer(o Options) (*Server, error) {
 		s.now = time.Now
 	}
 	if s.identify == nil {
-		s.identify = PeerIdentity
+		s.identify = peercred.Get
 	}
 	s.cfg.Store(o.Config)
 	s.policy.Store(o.Policy)
@@ -233,7 +235,7 @@ const maxInflight = 64
 type conn struct {
 	s        *Server
 	nc       *net.UnixConn
-	id       Identity
+	id       peercred.Identity
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wmu      sync.Mutex

@@ -82,7 +82,7 @@ type Record struct {
 	Message   string          `json:"message,omitempty"`
 }
 
-// Caller is the requester as the kernel identified it (see PeerIdentity).
+// Caller is the requester as the kernel identified it (see peercred.Get).
 type Caller struct {
 	UID  uint32 `json:"uid"`
 	GID  uint32 `json:"gid"`
