@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -95,10 +97,10 @@ type testDaemon struct {
 // seenRequests records every request a human channel was shown.
 type seenRequests struct {
 	mu    sync.Mutex
-	views []keyd.PendingView
+	views []protocol.PendingView
 }
 
-func (s *seenRequests) Pending(v keyd.PendingView) {
+func (s *seenRequests) Pending(v protocol.PendingView) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.views = append(s.views, v)
@@ -106,7 +108,7 @@ func (s *seenRequests) Pending(v keyd.PendingView) {
 
 func (s *seenRequests) Ended(string, string) {}
 
-func (s *seenRequests) list() []keyd.PendingView {
+func (s *seenRequests) list() []protocol.PendingView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.views)
@@ -189,7 +191,7 @@ func pubOf(k ed25519.PrivateKey) string { return grant.FormatPublicKey(k.Public(
 func cliEnv(t *testing.T, sock, keyPath string) []string {
 	home := t.TempDir()
 	return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "USER=tester",
-		keyd.SocketEnv + "=" + sock, agentKeyEnv + "=" + keyPath}
+		protocol.SocketEnv + "=" + sock, agentKeyEnv + "=" + keyPath}
 }
 
 type cliResult struct {

@@ -16,6 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
@@ -125,7 +128,7 @@ func runDemo(state string, yes bool) error {
 	agentPub := grant.FormatPublicKey(agentKey.Public().(ed25519.PublicKey))
 
 	step(1, "The agent connects and asks what it may do", "parley-grant status")
-	agent, err := keyd.Dial(sock)
+	agent, err := client.Dial(sock)
 	if err != nil {
 		return err
 	}
@@ -146,24 +149,24 @@ func runDemo(state string, yes bool) error {
 	fmt.Printf("   issued by rule %q: grant %s, expires %s\n   token: %s\n", res.Rule, res.GrantID, time.Unix(res.Expires, 0).UTC().Format(time.RFC3339), shorten(res.Token))
 
 	step(3, "A grant that needs you: the agent waits, showing a match code", "parley-grant issue --can mail.read --exp 10m; then parley-grant approve ID")
-	events := make(chan keyd.Event, 1)
+	events := make(chan protocol.Event, 1)
 	type outcome struct {
-		res *keyd.GrantResult
+		res *protocol.GrantResult
 		err error
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		r, err := agent.Grant(ctx, agentKey, []grant.Caveat{grant.Can("mail.read"), grant.Exp(time.Now().Add(10 * time.Minute).Unix())}, func(e keyd.Event) { events <- e })
+		r, err := agent.Grant(ctx, agentKey, []grant.Caveat{grant.Can("mail.read"), grant.Exp(time.Now().Add(10 * time.Minute).Unix())}, func(e protocol.Event) { events <- e })
 		done <- outcome{r, err}
 	}()
-	var ev keyd.Event
+	var ev protocol.Event
 	select {
 	case ev = <-events:
 	case o := <-done:
 		return fmt.Errorf("the request ended before it waited for you: %v", o.err)
 	}
 	fmt.Printf("   [agent's terminal] waiting for approval of %s — match code %s\n", ev.Request, ev.Code)
-	human, err := keyd.Dial(sock)
+	human, err := client.Dial(sock)
 	if err != nil {
 		return err
 	}

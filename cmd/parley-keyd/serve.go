@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
@@ -72,7 +74,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		cfg.Socket = socketFlag
 	}
 	if cfg.Socket == "" {
-		cfg.Socket = keyd.DefaultSocket
+		cfg.Socket = protocol.DefaultSocket
 	}
 	pol, err := loadPolicy(cfg)
 	if err != nil {

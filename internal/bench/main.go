@@ -41,10 +41,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/keyd"
 	"golang.org/x/sys/unix"
 )
 
@@ -270,7 +271,7 @@ func step(format string, args ...any) {
 // asking for a calendar grant the bench policy issues at once.
 func keydClients(sock string, n int) ([]op, func(), error) {
 	var ops []op
-	var clients []*keyd.Client
+	var clients []*client.Client
 	closeAll := func() {
 		for _, c := range clients {
 			c.Close()
@@ -279,7 +280,7 @@ func keydClients(sock string, n int) ([]op, func(), error) {
 	exp := time.Now().Unix() + 3600
 	cavs := []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find"), grant.Exp(exp)}
 	for i := 0; i < n; i++ {
-		c, err := keyd.Dial(sock)
+		c, err := client.Dial(sock)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
