@@ -19,8 +19,6 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
-	"github.com/parley-keyd/parley-keyd/keyd/audit"
-
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
@@ -127,15 +125,11 @@ func newFuzzServer(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	alog, err := audit.Open(filepath.Join(dir, "audit.log"))
-	if err != nil {
-		tb.Fatal(err)
-	}
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := NewServer(Options{Config: cfg, Policy: pol, Signer: key, Audit: alog})
+	d, err := New(Options{Config: cfg, Policy: pol, Signer: key, State: dir})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -143,12 +137,12 @@ func newFuzzServer(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	go srv.Serve(ln)
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx, ln) }()
 	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		alog.Close()
+		stop()
+		<-ran
 	})
 	return sock
 }

@@ -491,7 +491,7 @@ func TestLoadMixed(t *testing.T) {
 			issued[r.GrantID] = true
 		case audit.KindWithdrawn:
 			withdrawn++
-		case audit.KindDeny:
+		case audit.KindDeny, audit.KindStart:
 		default:
 			t.Errorf("unexpected audit record %+v", r)
 		}

@@ -29,20 +29,14 @@ type AuditSink interface {
 	Append(rec audit.Record) (uint64, error)
 }
 
-// Options configure a Server.
-type Options struct {
-	Config *Config
-	Policy *policies.Policy
-	// Signer holds the principal key. It is the only way the daemon uses
-	// the key, so a key service can replace the file key.
-	Signer crypto.Signer
-	Audit  AuditSink
-	// Logf receives operational messages (not audit records). Nil discards.
-	Logf func(format string, args ...any)
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// Identify returns the peer's identity; nil means peercred.Get. Tests
-	// leave it nil: identities come from the kernel.
+// serverOptions configure a Server; New fills them from Options.
+type serverOptions struct {
+	Config   *Config
+	Policy   *policies.Policy
+	Signer   crypto.Signer
+	Audit    AuditSink
+	Logf     func(format string, args ...any)
+	Now      func() time.Time
 	Identify func(*net.UnixConn) (peercred.Identity, error)
 }
 
@@ -70,9 +64,9 @@ type Server struct {
 	nconns    atomic.Int64
 }
 
-// NewServer returns a server ready to Serve. It refuses a missing signer,
+// newServer returns a server ready to Serve. It refuses a missing signer,
 // policy or audit sink: there is no allow-all default.
-func NewServer(o Options) (*Server, error) {
+func newServer(o serverOptions) (*Server, error) {
 	if o.Config == nil || o.Policy == nil || o.Signer == nil || o.Audit == nil {
 		return nil, errors.New("keyd: server needs a config, a policy, a signer and an audit log")
 	}
@@ -110,9 +104,9 @@ func NewServer(o Options) (*Server, error) {
 // Principal returns the principal's public key as "ed25519:…".
 func (s *Server) Principal() string { return s.principal }
 
-// Reload swaps in a new configuration and policy. Callers validate both
+// swap puts a new configuration and policy in force. Callers validate both
 // first; a nil argument keeps the current one.
-func (s *Server) Reload(cfg *Config, pol *policies.Policy) {
+func (s *Server) swap(cfg *Config, pol *policies.Policy) {
 	if cfg != nil {
 		s.cfg.Store(cfg)
 	}

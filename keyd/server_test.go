@@ -69,8 +69,8 @@ type harness struct {
 	t      *testing.T
 	dir    string
 	sock   string
-	srv    *Server
-	audit  *audit.Log
+	srv    *Daemon
+	stop   context.CancelFunc // ends Run
 	key    ed25519.PrivateKey // the principal
 	cfg    *Config
 	served chan error
@@ -105,15 +105,11 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.audit, err = audit.Open(filepath.Join(dir, "audit.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := Options{Config: cfg, Policy: pol, Signer: priv, Audit: h.audit, Logf: t.Logf}
+	o := Options{Config: cfg, Policy: pol, Signer: priv, State: dir, Logf: t.Logf}
 	for _, f := range opts {
 		f(cfg, &o)
 	}
-	h.srv, err = NewServer(o)
+	h.srv, err = New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,14 +117,19 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { h.served <- h.srv.Serve(ln) }()
+	ctx, stop := context.WithCancel(context.Background())
+	h.stop = stop
+	go func() { h.served <- h.srv.Run(ctx, ln) }()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := h.srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
+		stop()
+		select {
+		case err := <-h.served:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("the daemon did not stop within 15 s")
 		}
-		h.audit.Close()
 	})
 	return h
 }
@@ -437,9 +438,7 @@ func TestGrantWithdrawnOnDisconnect(t *testing.T) {
 func TestShutdownAnswersWaiting(t *testing.T) {
 	h := newHarness(t)
 	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	go h.srv.Shutdown(ctx)
+	h.stop()
 	_, err := a.wait(t)
 	wantCode(t, err, protocol.CodeUnavailable)
 }
@@ -575,9 +574,14 @@ func TestGrantProofChecks(t *testing.T) {
 	}
 }
 
+// failingAudit is a log whose disk filled after the daemon started: it
+// takes the start and stop records and refuses everything else.
 type failingAudit struct{ n int }
 
-func (f *failingAudit) Append(audit.Record) (uint64, error) {
+func (f *failingAudit) Append(r audit.Record) (uint64, error) {
+	if r.Kind == audit.KindStart || r.Kind == audit.KindStop {
+		return 1, nil
+	}
 	f.n++
 	return 0, errors.New("disk full")
 }
@@ -889,7 +893,7 @@ func TestReviewReloadRemovesApprover(t *testing.T) {
 	}
 	cfg := *h.cfg
 	cfg.Access = Access{AgentUsers: []string{me(t)}}
-	h.srv.Reload(&cfg, nil)
+	h.srv.swap(&cfg, nil)
 	// The connection opened before the reload has lost its approver role.
 	_, err := human.Pending(ctxT(t))
 	wantCode(t, err, protocol.CodeForbidden)

@@ -2,12 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -24,14 +22,12 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
-	"github.com/parley-keyd/parley-keyd/keyd/audit"
-
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/keyfile"
+	"github.com/parley-keyd/parley-keyd/internal/testdaemon"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/internal/testservice"
 	"github.com/parley-keyd/parley-keyd/keyd"
-	"github.com/parley-keyd/parley-keyd/policies"
 	"golang.org/x/sys/unix"
 )
 
@@ -90,7 +86,7 @@ type testDaemon struct {
 	t    *testing.T
 	dir  string
 	sock string
-	srv  *keyd.Server
+	srv  *keyd.Daemon
 	seen *seenRequests
 }
 
@@ -132,35 +128,8 @@ func startDaemon(t *testing.T, policy string, edit func(*keyd.Config)) *testDaem
 		edit(cfg)
 		d.sock = cfg.Socket
 	}
-	pol, err := policies.Parse([]byte(policy), "policy.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alog, err := audit.Open(filepath.Join(dir, "audit.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	principal := newTestKey(t)
-	d.srv, err = keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: principal, Audit: alog, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d.srv = testdaemon.Start(t, cfg, policy, dir)
 	d.srv.Subscribe(d.seen)
-	ln, err := net.Listen("unix", d.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- d.srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := d.srv.Shutdown(ctx); err != nil {
-			t.Errorf("daemon shutdown: %v", err)
-		}
-		<-served
-		alog.Close()
-	})
 	return d
 }
 

@@ -99,12 +99,7 @@ func runDemo(state string, yes bool) error {
 		return err
 	}
 	defer signer.Close()
-	alog, err := audit.Open(filepath.Join(state, "audit.log"))
-	if err != nil {
-		return err
-	}
-	defer alog.Close()
-	srv, err := keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: signer, Audit: alog})
+	d, err := keyd.New(keyd.Options{Config: cfg, Policy: pol, State: state, Signer: signer})
 	if err != nil {
 		return err
 	}
@@ -112,11 +107,12 @@ func runDemo(state string, yes bool) error {
 	if err != nil {
 		return err
 	}
-	go srv.Serve(ln)
+	runCtx, stopDaemon := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(runCtx, ln) }()
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
+		stopDaemon()
+		<-ran
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -230,7 +226,7 @@ func runDemo(state string, yes bool) error {
 		if c.verb == "COMMIT" {
 			vctx.Proposal = &grant.ProposalFacts{Hash: "demo", Risk: "low"}
 		}
-		_, err := grant.Verify([]string{c.token}, []string{srv.Principal()}, vctx)
+		_, err := grant.Verify([]string{c.token}, []string{d.Principal()}, vctx)
 		verdict := "authorized"
 		if err != nil {
 			verdict = "refused: " + err.Error()

@@ -23,16 +23,14 @@ import (
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/notify/desktop"
 
-	"github.com/parley-keyd/parley-keyd/keyd/audit"
-
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/testdaemon"
 	"github.com/parley-keyd/parley-keyd/internal/testdesktop"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/notify"
-	"github.com/parley-keyd/parley-keyd/policies"
 )
 
 const wait = 10 * time.Second
@@ -495,38 +493,11 @@ func startDaemon(t *testing.T, dir, cfg string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policies.Parse([]byte(desktopPolicy), "desktop.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alog, err := audit.Open(filepath.Join(dir, "audit.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := keyd.NewServer(keyd.Options{Config: c, Policy: pol, Signer: key, Audit: alog, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("unix", d.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.Socket = d.sock
+	testdaemon.Start(t, c, desktopPolicy, dir)
 	if err := os.Chmod(d.sock, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("daemon shutdown: %v", err)
-		}
-		alog.Close()
-	})
 	return d
 }
 

@@ -25,16 +25,14 @@ import (
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/notify/phone"
 
-	"github.com/parley-keyd/parley-keyd/keyd/audit"
-
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/testdaemon"
 	"github.com/parley-keyd/parley-keyd/internal/testnet"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd"
-	"github.com/parley-keyd/parley-keyd/policies"
 )
 
 // phonePolicy routes every request of the test agent to the phone alone, and
@@ -60,7 +58,7 @@ strong = true
 // phoneDaemon is a real daemon on a temporary Unix socket with its phone
 // page on listen.
 type phoneDaemon struct {
-	srv   *keyd.Server
+	srv   *keyd.Daemon
 	sock  string
 	state string
 	phone *phone.Page
@@ -83,39 +81,14 @@ func startPhoneDaemon(t *testing.T, ln net.Listener) *phoneDaemon {
 	}
 	cfg.Phone.Listen = ln.Addr().String()
 	d.base = cfg.PhoneURL()
-	pol, err := policies.Parse([]byte(phonePolicy), "phone.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alog, err := audit.Open(filepath.Join(dir, "audit.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.srv, err = keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: priv, Audit: alog, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sln, err := net.Listen("unix", d.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go d.srv.Serve(sln)
+	cfg.Socket = d.sock
+	d.srv = testdaemon.Start(t, cfg, phonePolicy, dir)
 	d.phone, err = phone.New(phone.Options{Requests: d.srv, Listen: cfg.Phone.Listen, URL: d.base, State: dir, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.phone.Serve(ln)
-	t.Cleanup(func() {
-		d.phone.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		d.srv.Shutdown(ctx)
-		alog.Close()
-	})
+	t.Cleanup(func() { d.phone.Close() })
 	return d
 }
 
