@@ -12,27 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/peercred"
+
 	"github.com/pelletier/go-toml/v2"
 )
-
-// DefaultSocket is where the daemon listens and clients look when neither
-// --socket nor PARLEY_KEYD_SOCKET says otherwise.
-const DefaultSocket = "/run/parley-keyd/agent.sock"
-
-// SocketEnv names the environment variable clients read for the socket path.
-const SocketEnv = "PARLEY_KEYD_SOCKET"
-
-// SocketPath returns the socket a client should use: flag, then
-// PARLEY_KEYD_SOCKET, then DefaultSocket.
-func SocketPath(flag string) string {
-	if flag != "" {
-		return flag
-	}
-	if s := os.Getenv(SocketEnv); s != "" {
-		return s
-	}
-	return DefaultSocket
-}
 
 // Config is the daemon's configuration file (TOML, strict: an unknown key is an
 // error). Who may connect at all is decided here, before any request is read;
@@ -207,7 +190,7 @@ type Roles struct {
 	Weak bool
 }
 
-func (c *Config) roles(id Identity) Roles {
+func (c *Config) roles(id peercred.Identity) Roles {
 	a := c.Access
 	userIn := func(list []string) bool {
 		uid := strconv.FormatUint(uint64(id.UID), 10)

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/spf13/cobra"
 )
 
@@ -40,8 +41,8 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
-func printStatus(m *keyd.Manifest) {
-	fmt.Printf("parley-keyd %s answers at %s\n", m.Version, keyd.SocketPath(socketFlag))
+func printStatus(m *protocol.Manifest) {
+	fmt.Printf("parley-keyd %s answers at %s\n", m.Version, protocol.SocketPath(socketFlag))
 	fmt.Printf("principal: %s\n", m.Principal)
 	who := fmt.Sprintf("you: %s (uid %d) as %s", m.Caller.User, m.Caller.UID, strings.Join(m.Caller.Roles, " and "))
 	if m.Caller.Agent != "" {

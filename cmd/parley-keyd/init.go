@@ -8,6 +8,10 @@ import (
 	"os/user"
 	"path/filepath"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
+	"github.com/parley-keyd/parley-keyd/keyd/keystore"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/policies"
@@ -34,9 +38,9 @@ trust. It never overwrites an existing key.`,
 				}
 				pass = p
 			}
-			pub, err := keyd.InitState(state, pass)
+			pub, err := keystore.Init(state, pass)
 			if err != nil {
-				if errors.Is(err, keyd.ErrKeyExists) || errors.Is(err, fs.ErrExist) {
+				if errors.Is(err, keystore.ErrKeyExists) || errors.Is(err, fs.ErrExist) {
 					return withHint(err, "the principal key exists already; print it with: parley-keyd pubkey --state "+state)
 				}
 				return err
@@ -51,7 +55,7 @@ trust. It never overwrites an existing key.`,
 					agent, approver = u.Username, u.Username
 				}
 			}
-			if err := writeIfAbsent(filepath.Join(configDir, "config.toml"), keyd.DefaultConfig(keyd.SocketPath(socket), agent, approver)); err != nil {
+			if err := writeIfAbsent(filepath.Join(configDir, "config.toml"), keyd.DefaultConfig(protocol.SocketPath(socket), agent, approver)); err != nil {
 				return err
 			}
 			if err := writeIfAbsent(filepath.Join(configDir, "policy.toml"), policies.DefaultText()); err != nil {
@@ -66,7 +70,7 @@ trust. It never overwrites an existing key.`,
 	cmd.Flags().StringVar(&state, "state", defaultState(), "state folder (key, audit log)")
 	cmd.Flags().StringVar(&passFile, "passphrase-file", "", "encrypt the key with the passphrase in this file")
 	cmd.Flags().StringVar(&configDir, "config-dir", "", "where to write config.toml and policy.toml (default: the state folder)")
-	cmd.Flags().StringVar(&socket, "socket", "", "socket path to write into the configuration (default "+keyd.DefaultSocket+")")
+	cmd.Flags().StringVar(&socket, "socket", "", "socket path to write into the configuration (default "+protocol.DefaultSocket+")")
 	cmd.Flags().StringVar(&agent, "agent-user", "", "user whose agents may connect (default: you, when not root)")
 	cmd.Flags().StringVar(&approver, "approver-user", "", "user who approves (default: you, when not root)")
 	return cmd
@@ -114,7 +118,7 @@ func newPubkeyCmd() *cobra.Command {
 		Short: "Print the principal's public key",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pub, err := keyd.PublicKeyOf(state)
+			pub, err := keystore.PublicKey(state)
 			if err != nil {
 				return withHint(err, "create the key with: parley-keyd init --state "+state)
 			}

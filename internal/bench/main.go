@@ -7,7 +7,7 @@
 //     size, the Ed25519 work of a grant, and one durable write done the way
 //     the audit log does it;
 //   - a grant decided by policy (auto) over the real socket, with the audit
-//     log fsynced, driven by keyd.Client and by a client written from
+//     log fsynced, driven by client.Client (keyd/client) and by a client written from
 //     docs/protocol.md: latency p50 and p99 of one client in sequence,
 //     throughput with 16 concurrent clients, each on its own connection,
 //     and the CPU time of daemon and clients per request;
@@ -15,7 +15,7 @@
 //   - all of it in rounds, interleaved (floor, then each system), and the
 //     medians over the rounds of the ratios: issue latency to the floor,
 //     the daemon's CPU per grant to its Ed25519 work, throughput to
-//     ssh-agent's, keyd.Client's CPU to the protocol client's;
+//     ssh-agent's, client.Client's CPU to the protocol client's;
 //   - grant verification of 1-, 3- and 8-block chains: overhead over the
 //     bare signature checks, with a warm BlockCache, and next to a chain of
 //     JWTs of the same shape; and the cost of grant's defences when it signs
@@ -54,7 +54,8 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/client"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,7 +83,7 @@ type options struct {
 
 // The bench's own systems.
 const (
-	sysKeyd     = "parley-keyd, keyd.Client"
+	sysKeyd     = "parley-keyd, client.Client"
 	sysKeydDocs = "parley-keyd, protocol client"
 	sysSSH      = "ssh-agent"
 )
@@ -120,7 +121,7 @@ type Figures struct {
 	Ready           []time.Duration
 	AuditRecords    string
 	// AuditBatch is the mean number of issue records committed by one
-	// write and fsync during the throughput runs with keyd.Client: the
+	// write and fsync during the throughput runs with client.Client: the
 	// records of one group commit share their time stamp.
 	AuditBatch float64
 }
@@ -357,7 +358,7 @@ func step(format string, args ...any) {
 // asking for a calendar grant the bench policy issues at once.
 func keydClients(sock string, n int) ([]op, func(), error) {
 	var ops []op
-	var clients []*keyd.Client
+	var clients []*client.Client
 	closeAll := func() {
 		for _, c := range clients {
 			c.Close()
@@ -366,7 +367,7 @@ func keydClients(sock string, n int) ([]op, func(), error) {
 	exp := time.Now().Unix() + 3600
 	cavs := []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find"), grant.Exp(exp)}
 	for i := 0; i < n; i++ {
-		c, err := keyd.Dial(sock)
+		c, err := client.Dial(sock)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -461,7 +462,7 @@ func auditBatch(path string, windows [][2]time.Time) (float64, error) {
 			return 0, fmt.Errorf("%s: %w", path, err)
 		}
 		t, err := time.Parse(time.RFC3339Nano, rec.Time)
-		if err != nil || rec.Kind != keyd.AuditKindIssue {
+		if err != nil || rec.Kind != audit.KindIssue {
 			continue
 		}
 		if !slices.ContainsFunc(windows, func(w [2]time.Time) bool { return !t.Before(w[0]) && !t.After(w[1]) }) {
@@ -489,7 +490,7 @@ func lastIssueRecord(path string) (int, error) {
 	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
 	for i := len(lines) - 1; i >= 0; i-- {
 		var rec struct{ Kind string }
-		if json.Unmarshal(lines[i], &rec) == nil && rec.Kind == keyd.AuditKindIssue {
+		if json.Unmarshal(lines[i], &rec) == nil && rec.Kind == audit.KindIssue {
 			return len(lines[i]) + 1, nil
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // rawClient is a GRANT client written from docs/protocol.md alone, the way
 // an independent client would be: the standard library, one connection,
 // one request at a time, the frames written by hand and the replies read
-// with encoding/json. It is the yardstick for keyd.Client's own cost.
+// with encoding/json. It is the yardstick for client.Client's own cost.
 type rawClient struct {
 	nc        net.Conn
 	r         *bufio.Reader

@@ -13,7 +13,7 @@ const (
 	goalP50Floor       = 1.3  // issue p50 at most this times the floor's p50
 	goalP99Floor       = 2.0  // issue p99 at most this times the floor's p99
 	goalCPUEd25519     = 1.5  // daemon CPU per auto grant at most this times its Ed25519 work
-	goalClientCPU      = 1.0  // keyd.Client's CPU per request at most this times the protocol client's
+	goalClientCPU      = 1.0  // client.Client's CPU per request at most this times the protocol client's
 	goalVerifyOverhead = 15.0 // percent over the bare signature checks at most
 	goalIdleKiB        = 15 * 1024
 	goalConnsKiB       = 64 * 1024
@@ -226,7 +226,7 @@ func report(w io.Writer, f *Figures) {
 
 	fmt.Fprintf(w, "\nper round: %d requests in sequence and %v of %d clients per system\n", f.Rounds[0].Latency[sysKeyd].N,
 		f.Rounds[0].Throughput[sysKeyd].Elapsed.Round(100*time.Millisecond), f.Rounds[0].Throughput[sysKeyd].Clients)
-	fmt.Fprintf(w, "audit records per group commit (one write and fsync), keyd.Client throughput runs: %.1f\n", f.AuditBatch)
+	fmt.Fprintf(w, "audit records per group commit (one write and fsync), client.Client throughput runs: %.1f\n", f.AuditBatch)
 	fmt.Fprintf(w, "ready times: %v\n", f.Ready)
 	fmt.Fprintf(w, "resident memory with %d idle connections, first and second time: %v KiB\n", f.Conns, f.ConnsRounds)
 	fmt.Fprintf(w, "audit log after the run: %s\n", f.AuditRecords)

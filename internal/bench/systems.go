@@ -13,7 +13,7 @@ import (
 // throughput of many clients, each on its own connection, with the CPU time
 // of the server process and of this one.
 //
-// The bench's own systems are parley-keyd driven by keyd.Client, the same
+// The bench's own systems are parley-keyd driven by client.Client, the same
 // daemon driven by a client written from docs/protocol.md, and ssh-agent.
 // Another file adds systems by appending to extraSystems (a daemon with
 // another signer backend, say); their rows appear in every table.

@@ -1,4 +1,4 @@
-package keyd
+package audit
 
 import (
 	"bytes"
@@ -21,16 +21,16 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-func auditTestOpen(t testing.TB, path string) *AuditLog {
+func auditTestOpen(t testing.TB, path string) *Log {
 	t.Helper()
-	l, err := OpenAudit(path)
+	l, err := Open(path)
 	if err != nil {
-		t.Fatalf("OpenAudit: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	return l
 }
 
-func auditTestAppend(t testing.TB, l *AuditLog, rec AuditRecord) uint64 {
+func auditTestAppend(t testing.TB, l *Log, rec Record) uint64 {
 	t.Helper()
 	seq, err := l.Append(rec)
 	if err != nil {
@@ -39,18 +39,18 @@ func auditTestAppend(t testing.TB, l *AuditLog, rec AuditRecord) uint64 {
 	return seq
 }
 
-func auditTestRecords(n int) []AuditRecord {
-	var recs []AuditRecord
+func auditTestRecords(n int) []Record {
+	var recs []Record
 	for i := range n {
-		recs = append(recs, AuditRecord{
-			Kind:      AuditKindIssue,
+		recs = append(recs, Record{
+			Kind:      KindIssue,
 			RequestID: fmt.Sprintf("req-%d", i+1),
-			Caller:    &AuditCaller{UID: 1000, GID: 1000, PID: int32(4000 + i), User: "agent", Exe: "/usr/bin/agent", Unit: "agent.service"},
+			Caller:    &Caller{UID: 1000, GID: 1000, PID: int32(4000 + i), User: "agent", Exe: "/usr/bin/agent", Unit: "agent.service"},
 			Holder:    "ed25519:3Ue1sJbM4YyOIX7oWo9e_ZlPCbLDBYyFU0ePhTy7jqo",
 			Requested: json.RawMessage(`[{"can":["calendar.*"]},{"exp":1900000000}]`),
 			Issued:    json.RawMessage(`[{"can":["calendar.*"]},{"exp":1800000000}]`),
 			Decision:  "allow",
-			DecidedBy: &AuditDecider{Rule: "calendar-read"},
+			DecidedBy: &Decider{Rule: "calendar-read"},
 			GrantID:   fmt.Sprintf("g-%d", i+1),
 			Expiry:    1800000000,
 		})
@@ -58,16 +58,16 @@ func auditTestRecords(n int) []AuditRecord {
 	return recs
 }
 
-func auditTestVerifyFile(t testing.TB, path string) AuditHead {
+func auditTestVerifyFile(t testing.TB, path string) Head {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	h, err := VerifyAuditChain(f)
+	h, err := VerifyChain(f)
 	if err != nil {
-		t.Fatalf("VerifyAuditChain: %v", err)
+		t.Fatalf("VerifyChain: %v", err)
 	}
 	return h
 }
@@ -76,7 +76,7 @@ func TestAuditRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	l := auditTestOpen(t, path)
 	want := auditTestRecords(3)
-	want = append(want, AuditRecord{Kind: AuditKindStop, Message: "bye"})
+	want = append(want, Record{Kind: KindStop, Message: "bye"})
 	for i, rec := range want {
 		if seq := auditTestAppend(t, l, rec); seq != uint64(i+1) {
 			t.Fatalf("record %d got seq %d", i+1, seq)
@@ -86,8 +86,8 @@ func TestAuditRoundTrip(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Append(AuditRecord{Kind: AuditKindStart}); !errors.Is(err, ErrAuditClosed) {
-		t.Fatalf("Append after Close: got %v, want ErrAuditClosed", err)
+	if _, err := l.Append(Record{Kind: KindStart}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Append after Close: got %v, want ErrClosed", err)
 	}
 
 	fi, err := os.Stat(path)
@@ -103,10 +103,10 @@ func TestAuditRoundTrip(t *testing.T) {
 
 	data, _ := os.ReadFile(path)
 	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-	var got []AuditRecord
+	var got []Record
 	prev := ""
 	for i, line := range lines {
-		var rec AuditRecord
+		var rec Record
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatal(err)
 		}
@@ -116,10 +116,10 @@ func TestAuditRoundTrip(t *testing.T) {
 		if _, err := time.Parse(time.RFC3339Nano, rec.Time); err != nil || !strings.HasSuffix(rec.Time, "Z") {
 			t.Errorf("line %d time %q is not RFC 3339 UTC", i+1, rec.Time)
 		}
-		prev = auditHash([]byte(line))
+		prev = lineHash([]byte(line))
 		got = append(got, rec)
 	}
-	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(AuditRecord{}, "Seq", "Prev", "Time")); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(Record{}, "Seq", "Prev", "Time")); diff != "" {
 		t.Errorf("records differ (-want +got):\n%s", diff)
 	}
 
@@ -128,7 +128,7 @@ func TestAuditRoundTrip(t *testing.T) {
 	if l.Head() != head {
 		t.Errorf("reopened head %+v, want %+v", l.Head(), head)
 	}
-	if seq := auditTestAppend(t, l, AuditRecord{Kind: AuditKindStart}); seq != 5 {
+	if seq := auditTestAppend(t, l, Record{Kind: KindStart}); seq != 5 {
 		t.Errorf("first append after reopen got seq %d, want 5", seq)
 	}
 	l.Close()
@@ -143,12 +143,12 @@ func TestAuditAppendRefusals(t *testing.T) {
 	defer l.Close()
 	tests := []struct {
 		name string
-		rec  AuditRecord
+		rec  Record
 	}{
-		{"fail/empty-kind", AuditRecord{}},
-		{"fail/unknown-kind", AuditRecord{Kind: "approve-everything"}},
-		{"fail/invalid-raw-json", AuditRecord{Kind: AuditKindIssue, Issued: json.RawMessage(`[{"can":`)}},
-		{"fail/too-large", AuditRecord{Kind: AuditKindError, Message: strings.Repeat("x", auditMaxLine)}},
+		{"fail/empty-kind", Record{}},
+		{"fail/unknown-kind", Record{Kind: "approve-everything"}},
+		{"fail/invalid-raw-json", Record{Kind: KindIssue, Issued: json.RawMessage(`[{"can":`)}},
+		{"fail/too-large", Record{Kind: KindError, Message: strings.Repeat("x", maxLine)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,7 +158,7 @@ func TestAuditAppendRefusals(t *testing.T) {
 		})
 	}
 	// A refused record takes no seq and leaves the log valid.
-	if seq := auditTestAppend(t, l, AuditRecord{Kind: AuditKindStart}); seq != 1 {
+	if seq := auditTestAppend(t, l, Record{Kind: KindStart}); seq != 1 {
 		t.Errorf("seq after refusals %d, want 1", seq)
 	}
 	auditTestVerifyFile(t, path)
@@ -179,7 +179,7 @@ func TestAuditConcurrentGroupCommit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				seq, err := l.Append(AuditRecord{Kind: AuditKindIssue, RequestID: fmt.Sprintf("%d-%d", g, i)})
+				seq, err := l.Append(Record{Kind: KindIssue, RequestID: fmt.Sprintf("%d-%d", g, i)})
 				if err != nil {
 					errs <- err
 					return
@@ -232,7 +232,7 @@ func TestVerifyAuditTampering(t *testing.T) {
 
 	// forged is a well-formed record claiming seq 3 that chains onto line 2.
 	forged := func() string {
-		rec := AuditRecord{Seq: 3, Prev: auditHash([]byte(strings.TrimSuffix(orig[1], "\n"))), Time: "2030-01-01T00:00:00Z", Kind: AuditKindIssue, GrantID: "forged"}
+		rec := Record{Seq: 3, Prev: lineHash([]byte(strings.TrimSuffix(orig[1], "\n"))), Time: "2030-01-01T00:00:00Z", Kind: KindIssue, GrantID: "forged"}
 		b, _ := json.Marshal(rec)
 		return string(b) + "\n"
 	}
@@ -279,7 +279,7 @@ func TestVerifyAuditTampering(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			lines := tt.edit(append([]string(nil), orig...))
-			h, err := VerifyAuditChain(strings.NewReader(strings.Join(lines, "")))
+			h, err := VerifyChain(strings.NewReader(strings.Join(lines, "")))
 			if tt.wantLine == 0 {
 				if err != nil {
 					t.Fatalf("verify: %v", err)
@@ -289,9 +289,9 @@ func TestVerifyAuditTampering(t *testing.T) {
 				}
 				return
 			}
-			var ae *AuditError
+			var ae *Error
 			if !errors.As(err, &ae) {
-				t.Fatalf("verify: got %v, want *AuditError", err)
+				t.Fatalf("verify: got %v, want *Error", err)
 			}
 			if ae.Line != tt.wantLine || !strings.Contains(ae.Reason, tt.reason) {
 				t.Errorf("got %v, want line %d with %q", ae, tt.wantLine, tt.reason)
@@ -317,7 +317,7 @@ func TestAuditTornTailRecovery(t *testing.T) {
 	f.Close()
 
 	l = auditTestOpen(t, path)
-	if seq := auditTestAppend(t, l, AuditRecord{Kind: AuditKindStart}); seq != 5 {
+	if seq := auditTestAppend(t, l, Record{Kind: KindStart}); seq != 5 {
 		t.Errorf("seq after recovery %d, want 5 (4 is the recovered record)", seq)
 	}
 	l.Close()
@@ -326,11 +326,11 @@ func TestAuditTornTailRecovery(t *testing.T) {
 	}
 	data, _ := os.ReadFile(path)
 	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-	var rec AuditRecord
+	var rec Record
 	if err := json.Unmarshal([]byte(lines[3]), &rec); err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf("dropped %d bytes", len(torn)); rec.Kind != AuditKindRecovered || !strings.Contains(rec.Message, want) {
+	if want := fmt.Sprintf("dropped %d bytes", len(torn)); rec.Kind != KindRecovered || !strings.Contains(rec.Message, want) {
 		t.Errorf("record 4 is %s %q, want recovered with %q", rec.Kind, rec.Message, want)
 	}
 }
@@ -371,10 +371,10 @@ func TestOpenAuditRefusals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "audit.log")
 			tt.setup(t, path)
-			l, err := OpenAudit(path)
+			l, err := Open(path)
 			if err == nil {
 				l.Close()
-				t.Fatal("OpenAudit succeeded")
+				t.Fatal("Open succeeded")
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q does not contain %q", err, tt.want)
@@ -386,11 +386,11 @@ func TestOpenAuditRefusals(t *testing.T) {
 func TestOpenAuditLocked(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	l := auditTestOpen(t, path)
-	if l2, err := OpenAudit(path); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+	if l2, err := Open(path); err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		if l2 != nil {
 			l2.Close()
 		}
-		t.Fatalf("second OpenAudit: %v, want in use", err)
+		t.Fatalf("second Open: %v, want in use", err)
 	}
 	l.Close()
 	l = auditTestOpen(t, path) // the lock goes with Close
@@ -420,7 +420,7 @@ func TestAuditFullFilesystem(t *testing.T) {
 	path := filepath.Join(dir, "audit.log")
 	l := auditTestOpen(t, path)
 	defer l.Close()
-	auditTestAppend(t, l, AuditRecord{Kind: AuditKindStart})
+	auditTestAppend(t, l, Record{Kind: KindStart})
 
 	// Fill the filesystem.
 	filler := filepath.Join(dir, "filler")
@@ -447,7 +447,7 @@ func TestAuditFullFilesystem(t *testing.T) {
 
 	// A record larger than the space left in the log's last page: the write
 	// is partial or fails outright; either way Append must fail.
-	big := AuditRecord{Kind: AuditKindIssue, Message: strings.Repeat("m", 9000)}
+	big := Record{Kind: KindIssue, Message: strings.Repeat("m", 9000)}
 	for i := range 3 {
 		if seq, err := l.Append(big); err == nil {
 			t.Fatalf("append %d on a full filesystem succeeded with seq %d", i, seq)
@@ -483,10 +483,10 @@ func TestShowAudit(t *testing.T) {
 		`not json`,
 	}
 	var out bytes.Buffer
-	err := ShowAudit(strings.NewReader(strings.Join(lines, "\n")+"\n"), &out)
-	var ae *AuditError
+	err := Show(strings.NewReader(strings.Join(lines, "\n")+"\n"), &out)
+	var ae *Error
 	if !errors.As(err, &ae) || ae.Line != 4 {
-		t.Errorf("ShowAudit error %v, want *AuditError at line 4", err)
+		t.Errorf("Show error %v, want *Error at line 4", err)
 	}
 	want := `#1 2030-01-02T03:04:05Z start -- parley-keyd 0.1 started
 #2 2030-01-02T03:04:06Z issue req=r1 caller=alice/pid:42 unit=agent.service holder=ed25519:3Ue1sJ…Ty7jqo decision=allow by=bob,via:desktop(strong) grant=g1 exp=2030-03-17T17:46:40Z
@@ -494,7 +494,7 @@ func TestShowAudit(t *testing.T) {
 line 4: not a record
 `
 	if diff := cmp.Diff(want, out.String()); diff != "" {
-		t.Errorf("ShowAudit output (-want +got):\n%s", diff)
+		t.Errorf("Show output (-want +got):\n%s", diff)
 	}
 }
 
@@ -515,8 +515,8 @@ func TestAuditClean(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := auditClean(tt.in, tt.max); got != tt.want {
-				t.Errorf("auditClean(%q) = %q, want %q", tt.in, got, tt.want)
+			if got := clean(tt.in, tt.max); got != tt.want {
+				t.Errorf("clean(%q) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
 	}
@@ -546,7 +546,7 @@ func BenchmarkAuditAppend(b *testing.B) {
 }
 
 // TestAuditCloseWhileAppending checks that an Append racing Close either
-// returns a seq that verify then finds in the file, or ErrAuditClosed.
+// returns a seq that verify then finds in the file, or ErrClosed.
 func TestAuditCloseWhileAppending(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	l := auditTestOpen(t, path)
@@ -563,7 +563,7 @@ func TestAuditCloseWhileAppending(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; ; i++ {
-				seq, err := l.Append(AuditRecord{Kind: AuditKindIssue})
+				seq, err := l.Append(Record{Kind: KindIssue})
 				if i == 0 {
 					started <- struct{}{}
 				}
@@ -572,7 +572,7 @@ func TestAuditCloseWhileAppending(t *testing.T) {
 				case err == nil:
 					success++
 					maxSeq = max(maxSeq, seq)
-				case errors.Is(err, ErrAuditClosed):
+				case errors.Is(err, ErrClosed):
 					mu.Unlock()
 					return
 				default:
@@ -598,7 +598,7 @@ func TestAuditCloseWhileAppending(t *testing.T) {
 	}
 }
 
-// FuzzVerifyAudit checks that verification never panics, that OpenAudit's
+// FuzzVerifyAudit checks that verification never panics, that Open's
 // scan agrees with it, and that a log it accepts shows without error.
 func FuzzVerifyAudit(f *testing.F) {
 	dir := f.TempDir()
@@ -613,13 +613,13 @@ func FuzzVerifyAudit(f *testing.F) {
 	f.Add([]byte("{}\n"))
 	f.Add([]byte(`{"seq":1,"prev":"","time":"2030-01-01T00:00:00Z","kind":"start"}` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		h, err := VerifyAuditChain(bytes.NewReader(data))
+		h, err := VerifyChain(bytes.NewReader(data))
 		if err == nil {
-			if err := ShowAudit(bytes.NewReader(data), io.Discard); err != nil {
+			if err := Show(bytes.NewReader(data), io.Discard); err != nil {
 				t.Errorf("verified log does not show: %v", err)
 			}
 		}
-		sh, good, serr := auditScan(bytes.NewReader(data))
+		sh, good, serr := scan(bytes.NewReader(data))
 		if err == nil && (serr != nil || sh != h || good != int64(len(data))) {
 			t.Errorf("verify accepted (%+v) but scan says %+v, %d, %v", h, sh, good, serr)
 		}
@@ -630,7 +630,7 @@ func FuzzVerifyAudit(f *testing.F) {
 			// passes it (forging that means rewriting every later prev,
 			// which a full verify cannot catch either). The last line gets
 			// the full check, so verify may differ only before it.
-			var ae *AuditError
+			var ae *Error
 			if !errors.As(err, &ae) || ae.Line >= bytes.Count(data, []byte("\n")) {
 				t.Errorf("scan accepted the whole log but verify says %v", err)
 			}
@@ -664,8 +664,8 @@ func TestAuditScanChainOnly(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := auditScan(bytes.NewReader(tc.edit()))
-			var ae *AuditError
+			_, _, err := scan(bytes.NewReader(tc.edit()))
+			var ae *Error
 			if !errors.As(err, &ae) || ae.Line != tc.line {
 				t.Errorf("scan: %v, want an error at line %d", err, tc.line)
 			}
@@ -673,11 +673,11 @@ func TestAuditScanChainOnly(t *testing.T) {
 	}
 }
 
-// BenchmarkOpenAudit measures the start-up cost of a long log: OpenAudit
+// BenchmarkOpenAudit measures the start-up cost of a long log: Open
 // checks the whole chain before the daemon accepts anything.
 func BenchmarkOpenAudit(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "audit.log")
-	l, err := OpenAudit(path)
+	l, err := Open(path)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -688,11 +688,11 @@ func BenchmarkOpenAudit(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < n/50; i++ {
-				l.Append(AuditRecord{Kind: AuditKindIssue, RequestID: "r_abcdefgh", Holder: "ed25519:gTl3Dqh9F19Wo1Rmw0x-zMuNipG07jeiXfYPW4_Js5Q",
-					Caller:    &AuditCaller{UID: 1000, GID: 1000, PID: 4242, User: "bot", Exe: "/usr/bin/agent"},
+				l.Append(Record{Kind: KindIssue, RequestID: "r_abcdefgh", Holder: "ed25519:gTl3Dqh9F19Wo1Rmw0x-zMuNipG07jeiXfYPW4_Js5Q",
+					Caller:    &Caller{UID: 1000, GID: 1000, PID: 4242, User: "bot", Exe: "/usr/bin/agent"},
 					Requested: json.RawMessage(`[{"svc":["cal.example"]},{"can":["calendar.*"]},{"exp":1790003600}]`),
 					Issued:    json.RawMessage(`[{"svc":["cal.example"]},{"can":["calendar.*"]},{"exp":1790003600}]`),
-					Decision:  "auto", DecidedBy: &AuditDecider{Rule: "calendar-auto"}, GrantID: "WudMMrIw5wfkNGVoyUdJfcc-nQwOTFwjH9w4DwaUIKc", Expiry: 1790003600})
+					Decision:  "auto", DecidedBy: &Decider{Rule: "calendar-auto"}, GrantID: "WudMMrIw5wfkNGVoyUdJfcc-nQwOTFwjH9w4DwaUIKc", Expiry: 1790003600})
 			}
 		}()
 	}
@@ -700,7 +700,7 @@ func BenchmarkOpenAudit(b *testing.B) {
 	l.Close()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		l, err := OpenAudit(path)
+		l, err := Open(path)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package keyd
+package keystore
 
 import (
 	"bytes"
@@ -47,49 +47,49 @@ const (
 )
 
 const (
-	keystorePlainMagic = "PARLEY-PRINCIPAL-KEY-1 "
-	keystoreArmorMagic = "-----BEGIN AGE ENCRYPTED FILE-----"
-	keystoreAgeMagic   = "age-encryption.org/v1\n"
-	keystoreMaxFile    = 64 << 10 // a key file is a few hundred bytes
-	keystoreMaxPlain   = 1 << 10
+	plainMagic = "PARLEY-PRINCIPAL-KEY-1 "
+	armorMagic = "-----BEGIN AGE ENCRYPTED FILE-----"
+	ageMagic   = "age-encryption.org/v1\n"
+	maxFile    = 64 << 10 // a key file is a few hundred bytes
+	maxPlain   = 1 << 10
 )
 
-// keystoreScryptLogN is the scrypt work factor (2^N) for new encrypted key
+// scryptLogN is the scrypt work factor (2^N) for new encrypted key
 // files: age's default, about a second. Tests lower it.
-var keystoreScryptLogN = 18
+var scryptLogN = 18
 
-// keystoreOnWipe, when set by a test, sees the key's page after Close has
+// onWipe, when set by a test, sees the key's page after Close has
 // zeroed it.
-var keystoreOnWipe func(page []byte)
+var onWipe func(page []byte)
 
-// ErrKeyExists is returned by InitState when the state folder already holds
+// ErrKeyExists is returned by Init when the state folder already holds
 // a principal key: a key is never overwritten.
 var ErrKeyExists = errors.New("a principal key already exists")
 
-// ErrWrongPassphrase is returned by LoadKey when the passphrase does not
+// ErrWrongPassphrase is returned by Load when the passphrase does not
 // decrypt the key file.
 var ErrWrongPassphrase = errors.New("wrong passphrase for the principal key")
 
-// StatePermError says which file of the state folder is unsafe, what is
+// PermError says which file of the state folder is unsafe, what is
 // wrong with it, and the command that fixes it.
-type StatePermError struct {
+type PermError struct {
 	Path    string
 	Problem string
 	Fix     string
 }
 
-func (e *StatePermError) Error() string {
+func (e *PermError) Error() string {
 	return fmt.Sprintf("%s %s (fix: %s)", e.Path, e.Problem, e.Fix)
 }
 
-// InitState creates the state folder dir (mode 0700) if needed and a new
+// Init creates the state folder dir (mode 0700) if needed and a new
 // principal key in it, from crypto/rand, and returns the public key. An
-// existing folder is accepted when CheckStatePerms passes. InitState never
+// existing folder is accepted when CheckPerms passes. Init never
 // overwrites a key: it fails with ErrKeyExists when dir already holds one.
 //
 // With a non-empty passphrase the key file is encrypted with age (see
 // KeyFileName). The public key is also written to principal.pub.
-func InitState(dir string, passphrase []byte) (pub ed25519.PublicKey, err error) {
+func Init(dir string, passphrase []byte) (pub ed25519.PublicKey, err error) {
 	keyPath := filepath.Join(dir, KeyFileName)
 	if err := os.Mkdir(dir, 0o700); err == nil {
 		// The umask may have taken bits away; make the mode exact.
@@ -102,7 +102,7 @@ func InitState(dir string, passphrase []byte) (pub ed25519.PublicKey, err error)
 	if _, err := os.Lstat(keyPath); err == nil {
 		return nil, fmt.Errorf("%w in %s (refusing to overwrite it)", ErrKeyExists, keyPath)
 	}
-	if err := CheckStatePerms(dir); err != nil {
+	if err := CheckPerms(dir); err != nil {
 		return nil, err
 	}
 
@@ -115,11 +115,11 @@ func InitState(dir string, passphrase []byte) (pub ed25519.PublicKey, err error)
 	defer clear(priv)
 	pub = append(ed25519.PublicKey(nil), priv.Public().(ed25519.PublicKey)...)
 
-	plain := keystoreMarshal(seed, pub)
+	plain := marshal(seed, pub)
 	defer clear(plain)
 	contents := plain
 	if len(passphrase) > 0 {
-		contents, err = keystoreEncrypt(plain, passphrase)
+		contents, err = encrypt(plain, passphrase)
 		if err != nil {
 			return nil, err
 		}
@@ -144,10 +144,10 @@ func InitState(dir string, passphrase []byte) (pub ed25519.PublicKey, err error)
 		err = cerr
 	}
 	if err == nil {
-		err = keystoreWritePub(dir, pub)
+		err = writePub(dir, pub)
 	}
 	if err == nil {
-		err = keystoreSyncDir(dir)
+		err = syncDir(dir)
 	}
 	if err != nil {
 		os.Remove(keyPath) // ours: O_EXCL created it
@@ -156,16 +156,16 @@ func InitState(dir string, passphrase []byte) (pub ed25519.PublicKey, err error)
 	return pub, nil
 }
 
-// CheckStatePerms returns nil only when the state folder and the key files
+// CheckPerms returns nil only when the state folder and the key files
 // in it are safe to use: dir is a folder owned by the effective uid with no
 // group or other permission bits; principal.key, if present, is a regular
 // file (not a symlink) owned by the effective uid with mode 0600 or 0400;
 // principal.pub, if present, is a regular file owned by the effective uid
-// that only its owner can write. Otherwise it returns a *StatePermError
+// that only its owner can write. Otherwise it returns a *PermError
 // naming the path, the problem and the chmod or chown that fixes it.
-func CheckStatePerms(dir string) error {
+func CheckPerms(dir string) error {
 	euid := uint32(os.Geteuid())
-	owner := keystoreUserName(euid)
+	owner := userName(euid)
 
 	// The folder may be reached through a symlink (as systemd does for
 	// StateDirectory=); what counts is the folder itself.
@@ -174,21 +174,21 @@ func CheckStatePerms(dir string) error {
 		return fmt.Errorf("state folder: %w", err)
 	}
 	if !fi.IsDir() {
-		return &StatePermError{dir, "is not a folder", "remove it, then run parley-keyd init"}
+		return &PermError{dir, "is not a folder", "remove it, then run parley-keyd init"}
 	}
 	// Key theft: a folder others can enter or list exposes the key file to
 	// any later mistake in its mode, and one others can write lets them swap
 	// the key or plant a symlink.
-	if uid := keystoreOwner(fi); uid != euid {
-		return &StatePermError{dir, fmt.Sprintf("is owned by %s, not by %s which runs the daemon", keystoreUserName(uid), owner), "chown " + owner + " " + dir}
+	if uid := ownerUID(fi); uid != euid {
+		return &PermError{dir, fmt.Sprintf("is owned by %s, not by %s which runs the daemon", userName(uid), owner), "chown " + owner + " " + dir}
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return &StatePermError{dir, fmt.Sprintf("has mode %04o: group or others have access", perm), "chmod 700 " + dir}
+		return &PermError{dir, fmt.Sprintf("has mode %04o: group or others have access", perm), "chmod 700 " + dir}
 	}
 
 	keyPath := filepath.Join(dir, KeyFileName)
 	if fi, err := os.Lstat(keyPath); err == nil {
-		if err := keystoreCheckKeyFile(keyPath, fi, euid, owner); err != nil {
+		if err := checkKeyFile(keyPath, fi, euid, owner); err != nil {
 			return err
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -199,11 +199,11 @@ func CheckStatePerms(dir string) error {
 	if fi, err := os.Lstat(pubPath); err == nil {
 		switch {
 		case !fi.Mode().IsRegular():
-			return &StatePermError{pubPath, "is not a regular file", "rm " + pubPath + " (the daemon writes it again)"}
-		case keystoreOwner(fi) != euid:
-			return &StatePermError{pubPath, fmt.Sprintf("is owned by %s, not by %s", keystoreUserName(keystoreOwner(fi)), owner), "chown " + owner + " " + pubPath}
+			return &PermError{pubPath, "is not a regular file", "rm " + pubPath + " (the daemon writes it again)"}
+		case ownerUID(fi) != euid:
+			return &PermError{pubPath, fmt.Sprintf("is owned by %s, not by %s", userName(ownerUID(fi)), owner), "chown " + owner + " " + pubPath}
 		case fi.Mode().Perm()&0o022 != 0:
-			return &StatePermError{pubPath, fmt.Sprintf("has mode %04o: others can replace the public key", fi.Mode().Perm()), "chmod 644 " + pubPath}
+			return &PermError{pubPath, fmt.Sprintf("has mode %04o: others can replace the public key", fi.Mode().Perm()), "chmod 644 " + pubPath}
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("principal public key: %w", err)
@@ -211,55 +211,55 @@ func CheckStatePerms(dir string) error {
 	return nil
 }
 
-func keystoreCheckKeyFile(path string, fi fs.FileInfo, euid uint32, owner string) error {
+func checkKeyFile(path string, fi fs.FileInfo, euid uint32, owner string) error {
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
 		// Key substitution or disclosure: a symlink can point the daemon at
 		// a file someone else controls.
-		return &StatePermError{path, "is a symbolic link; the key must be a regular file in the state folder", "mv \"$(readlink -f " + path + ")\" " + path}
+		return &PermError{path, "is a symbolic link; the key must be a regular file in the state folder", "mv \"$(readlink -f " + path + ")\" " + path}
 	case !fi.Mode().IsRegular():
-		return &StatePermError{path, "is not a regular file", "restore the key file from a backup, or remove it and run parley-keyd init for a new key"}
-	case keystoreOwner(fi) != euid:
-		return &StatePermError{path, fmt.Sprintf("is owned by %s, not by %s which runs the daemon", keystoreUserName(keystoreOwner(fi)), owner), "chown " + owner + " " + path}
+		return &PermError{path, "is not a regular file", "restore the key file from a backup, or remove it and run parley-keyd init for a new key"}
+	case ownerUID(fi) != euid:
+		return &PermError{path, fmt.Sprintf("is owned by %s, not by %s which runs the daemon", userName(ownerUID(fi)), owner), "chown " + owner + " " + path}
 	case fi.Mode().Perm() != 0o600 && fi.Mode().Perm() != 0o400:
 		// Key theft: any group or other bit lets another user read (or
 		// replace) the principal key.
-		return &StatePermError{path, fmt.Sprintf("has mode %04o; it must be 0600 or 0400", fi.Mode().Perm()), "chmod 600 " + path}
+		return &PermError{path, fmt.Sprintf("has mode %04o; it must be 0600 or 0400", fi.Mode().Perm()), "chmod 600 " + path}
 	}
 	return nil
 }
 
-func keystoreOwner(fi fs.FileInfo) uint32 {
+func ownerUID(fi fs.FileInfo) uint32 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return st.Uid
 	}
 	return ^uint32(0)
 }
 
-func keystoreUserName(uid uint32) string {
+func userName(uid uint32) string {
 	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
 		return u.Username
 	}
 	return strconv.FormatUint(uint64(uid), 10)
 }
 
-// LoadKey checks the state folder with CheckStatePerms and loads the
+// Load checks the state folder with CheckPerms and loads the
 // principal key from it. passphrase is called only when the key file is
-// encrypted; the bytes it returns are zeroed after use. LoadKey checks the
+// encrypted; the bytes it returns are zeroed after use. Load checks the
 // key against principal.pub, writing that file when it is missing.
-func LoadKey(dir string, passphrase func() ([]byte, error)) (*FileSigner, error) {
-	if err := CheckStatePerms(dir); err != nil {
+func Load(dir string, passphrase func() ([]byte, error)) (*FileSigner, error) {
+	if err := CheckPerms(dir); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, KeyFileName)
-	data, err := keystoreReadSecret(path)
+	data, err := readSecret(path)
 	if err != nil {
 		return nil, err
 	}
 	defer clear(data)
 
 	plain := data
-	if bytes.HasPrefix(data, []byte(keystoreArmorMagic)) || bytes.HasPrefix(data, []byte(keystoreAgeMagic)) {
+	if bytes.HasPrefix(data, []byte(armorMagic)) || bytes.HasPrefix(data, []byte(ageMagic)) {
 		if passphrase == nil {
 			return nil, fmt.Errorf("principal key %s is encrypted and no passphrase was given", path)
 		}
@@ -268,7 +268,7 @@ func LoadKey(dir string, passphrase func() ([]byte, error)) (*FileSigner, error)
 		if err != nil {
 			return nil, fmt.Errorf("read passphrase: %w", err)
 		}
-		plain, err = keystoreDecrypt(data, pass)
+		plain, err = decrypt(data, pass)
 		if err != nil {
 			return nil, fmt.Errorf("principal key %s: %w", path, err)
 		}
@@ -277,7 +277,7 @@ func LoadKey(dir string, passphrase func() ([]byte, error)) (*FileSigner, error)
 
 	var seed [ed25519.SeedSize]byte
 	defer clear(seed[:])
-	comment, err := keystoreParse(plain, &seed)
+	comment, err := parse(plain, &seed)
 	if err != nil {
 		return nil, fmt.Errorf("principal key %s: %w", path, err)
 	}
@@ -291,9 +291,9 @@ func LoadKey(dir string, passphrase func() ([]byte, error)) (*FileSigner, error)
 	}
 
 	pubPath := filepath.Join(dir, PublicKeyFileName)
-	switch stored, err := PublicKeyOf(dir); {
+	switch stored, err := PublicKey(dir); {
 	case errors.Is(err, fs.ErrNotExist):
-		if err := keystoreWritePub(dir, s.pub); err != nil {
+		if err := writePub(dir, s.pub); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("write %s: %w", pubPath, err)
 		}
@@ -309,9 +309,9 @@ func LoadKey(dir string, passphrase func() ([]byte, error)) (*FileSigner, error)
 	return s, nil
 }
 
-// PublicKeyOf returns the principal public key stored in dir's principal.pub.
+// PublicKey returns the principal public key stored in dir's principal.pub.
 // It needs no passphrase and does not read the private key.
-func PublicKeyOf(dir string) (ed25519.PublicKey, error) {
+func PublicKey(dir string) (ed25519.PublicKey, error) {
 	path := filepath.Join(dir, PublicKeyFileName)
 	f, err := os.Open(path)
 	if err != nil {
@@ -322,14 +322,14 @@ func PublicKeyOf(dir string) (ed25519.PublicKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("principal public key: %w", err)
 	}
-	pub, err := keystoreParsePub(bytes.TrimSuffix(data, []byte("\n")))
+	pub, err := parsePub(bytes.TrimSuffix(data, []byte("\n")))
 	if err != nil {
 		return nil, fmt.Errorf("principal public key %s: %w", path, err)
 	}
 	return pub, nil
 }
 
-// FileSigner signs with the principal key loaded by LoadKey. It implements
+// FileSigner signs with the principal key loaded by Load. It implements
 // crypto.Signer for pure Ed25519 only (opts.HashFunc() == 0, no context),
 // the signature of §6.
 //
@@ -411,24 +411,24 @@ func (s *FileSigner) Close() error {
 		return nil
 	}
 	clear(s.page)
-	if keystoreOnWipe != nil {
-		keystoreOnWipe(s.page)
+	if onWipe != nil {
+		onWipe(s.page)
 	}
 	_ = unix.Munlock(s.page)
 	s.page, s.key = nil, nil
 	return nil
 }
 
-// keystoreReadSecret reads the key file into a buffer the caller zeroes. It
-// checks the opened file again, so a swap after CheckStatePerms is caught.
-func keystoreReadSecret(path string) ([]byte, error) {
+// readSecret reads the key file into a buffer the caller zeroes. It
+// checks the opened file again, so a swap after CheckPerms is caught.
+func readSecret(path string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no principal key at %s (run parley-keyd init): %w", path, err)
 		}
 		if errors.Is(err, syscall.ELOOP) {
-			return nil, &StatePermError{path, "is a symbolic link; the key must be a regular file in the state folder", "mv \"$(readlink -f " + path + ")\" " + path}
+			return nil, &PermError{path, "is a symbolic link; the key must be a regular file in the state folder", "mv \"$(readlink -f " + path + ")\" " + path}
 		}
 		return nil, fmt.Errorf("open principal key: %w", err)
 	}
@@ -438,10 +438,10 @@ func keystoreReadSecret(path string) ([]byte, error) {
 		return nil, fmt.Errorf("stat principal key: %w", err)
 	}
 	euid := uint32(os.Geteuid())
-	if err := keystoreCheckKeyFile(path, fi, euid, keystoreUserName(euid)); err != nil {
+	if err := checkKeyFile(path, fi, euid, userName(euid)); err != nil {
 		return nil, err
 	}
-	if fi.Size() > keystoreMaxFile {
+	if fi.Size() > maxFile {
 		return nil, fmt.Errorf("principal key %s is %d bytes, too large for a key file", path, fi.Size())
 	}
 	buf := make([]byte, fi.Size())
@@ -452,38 +452,38 @@ func keystoreReadSecret(path string) ([]byte, error) {
 	return buf, nil
 }
 
-func keystoreMarshal(seed []byte, pub ed25519.PublicKey) []byte {
+func marshal(seed []byte, pub ed25519.PublicKey) []byte {
 	enc := base64.RawURLEncoding
 	b := make([]byte, 0, 256)
 	b = append(b, "# parley principal key: only parley-keyd may read this file\n# public key: "...)
-	b = append(b, keystoreFormatPub(pub)...)
+	b = append(b, formatPub(pub)...)
 	b = append(b, '\n')
-	b = append(b, keystorePlainMagic...)
+	b = append(b, plainMagic...)
 	b = enc.AppendEncode(b, seed)
 	b = append(b, '\n')
 	return b
 }
 
-// keystoreParse reads the plain key format into seed and returns the public
+// parse reads the plain key format into seed and returns the public
 // key of the "# public key:" comment, or nil when there is none.
-func keystoreParse(plain []byte, seed *[ed25519.SeedSize]byte) (ed25519.PublicKey, error) {
+func parse(plain []byte, seed *[ed25519.SeedSize]byte) (ed25519.PublicKey, error) {
 	var comment ed25519.PublicKey
 	found := false
 	for i, line := range bytes.Split(plain, []byte("\n")) {
 		switch {
 		case len(line) == 0:
 		case bytes.HasPrefix(line, []byte("# public key: ")):
-			pub, err := keystoreParsePub(line[len("# public key: "):])
+			pub, err := parsePub(line[len("# public key: "):])
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %w", i+1, err)
 			}
 			comment = pub
 		case line[0] == '#':
-		case bytes.HasPrefix(line, []byte(keystorePlainMagic)):
+		case bytes.HasPrefix(line, []byte(plainMagic)):
 			if found {
 				return nil, fmt.Errorf("line %d: a second key", i+1)
 			}
-			b64 := line[len(keystorePlainMagic):]
+			b64 := line[len(plainMagic):]
 			if len(b64) != base64.RawURLEncoding.EncodedLen(ed25519.SeedSize) {
 				return nil, fmt.Errorf("line %d: the seed is not 32 bytes of unpadded base64url", i+1)
 			}
@@ -502,11 +502,11 @@ func keystoreParse(plain []byte, seed *[ed25519.SeedSize]byte) (ed25519.PublicKe
 	return comment, nil
 }
 
-func keystoreFormatPub(pub ed25519.PublicKey) string {
+func formatPub(pub ed25519.PublicKey) string {
 	return "ed25519:" + base64.RawURLEncoding.EncodeToString(pub)
 }
 
-func keystoreParsePub(s []byte) (ed25519.PublicKey, error) {
+func parsePub(s []byte) (ed25519.PublicKey, error) {
 	const prefix = "ed25519:"
 	if !bytes.HasPrefix(s, []byte(prefix)) || len(s) != len(prefix)+base64.RawURLEncoding.EncodedLen(ed25519.PublicKeySize) {
 		return nil, errors.New("not an ed25519: public key")
@@ -518,12 +518,12 @@ func keystoreParsePub(s []byte) (ed25519.PublicKey, error) {
 	return pub, nil
 }
 
-func keystoreEncrypt(plain, passphrase []byte) ([]byte, error) {
+func encrypt(plain, passphrase []byte) ([]byte, error) {
 	r, err := age.NewScryptRecipient(string(passphrase))
 	if err != nil {
 		return nil, fmt.Errorf("encrypt principal key: %w", err)
 	}
-	r.SetWorkFactor(keystoreScryptLogN)
+	r.SetWorkFactor(scryptLogN)
 	var out bytes.Buffer
 	aw := armor.NewWriter(&out)
 	w, err := age.Encrypt(aw, r)
@@ -542,14 +542,14 @@ func keystoreEncrypt(plain, passphrase []byte) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// keystoreDecrypt returns the plaintext in a buffer the caller zeroes.
-func keystoreDecrypt(data, passphrase []byte) ([]byte, error) {
+// decrypt returns the plaintext in a buffer the caller zeroes.
+func decrypt(data, passphrase []byte) ([]byte, error) {
 	id, err := age.NewScryptIdentity(string(passphrase))
 	if err != nil {
 		return nil, fmt.Errorf("decrypt: %w", err)
 	}
 	var src io.Reader = bytes.NewReader(data)
-	if bytes.HasPrefix(data, []byte(keystoreArmorMagic)) {
+	if bytes.HasPrefix(data, []byte(armorMagic)) {
 		src = armor.NewReader(src)
 	}
 	r, err := age.Decrypt(src, id)
@@ -559,7 +559,7 @@ func keystoreDecrypt(data, passphrase []byte) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("decrypt: %w", err)
 	}
-	buf := make([]byte, keystoreMaxPlain)
+	buf := make([]byte, maxPlain)
 	n, err := io.ReadFull(r, buf)
 	switch {
 	case err == io.ErrUnexpectedEOF || err == io.EOF:
@@ -573,8 +573,8 @@ func keystoreDecrypt(data, passphrase []byte) ([]byte, error) {
 	return buf[:n:n], nil
 }
 
-// keystoreWritePub replaces principal.pub atomically.
-func keystoreWritePub(dir string, pub ed25519.PublicKey) error {
+// writePub replaces principal.pub atomically.
+func writePub(dir string, pub ed25519.PublicKey) error {
 	f, err := os.CreateTemp(dir, ".principal.pub-*")
 	if err != nil {
 		return err
@@ -582,7 +582,7 @@ func keystoreWritePub(dir string, pub ed25519.PublicKey) error {
 	tmp := f.Name()
 	err = f.Chmod(0o644)
 	if err == nil {
-		_, err = f.WriteString(keystoreFormatPub(pub) + "\n")
+		_, err = f.WriteString(formatPub(pub) + "\n")
 	}
 	if err == nil {
 		err = f.Sync()
@@ -597,10 +597,10 @@ func keystoreWritePub(dir string, pub ed25519.PublicKey) error {
 		os.Remove(tmp)
 		return err
 	}
-	return keystoreSyncDir(dir)
+	return syncDir(dir)
 }
 
-func keystoreSyncDir(dir string) error {
+func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

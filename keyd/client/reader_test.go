@@ -1,4 +1,4 @@
-package keyd
+package client
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
 // scriptedDaemon listens on a real Unix socket and runs serve on the first
@@ -51,7 +52,7 @@ func readID(t *testing.T, r *bufio.Reader) string {
 	if err != nil {
 		return ""
 	}
-	var f Frame
+	var f protocol.Frame
 	if err := json.Unmarshal(line, &f); err != nil {
 		t.Errorf("daemon got a bad frame %q", line)
 	}
@@ -78,7 +79,7 @@ func TestClientCancelMidFrame(t *testing.T) {
 	ctxA, cancelA := context.WithCancel(context.Background())
 	errA := make(chan error, 1)
 	go func() {
-		_, err := c.Do(ctxA, &Frame{Verb: VerbPending}, nil)
+		_, err := c.Do(ctxA, &protocol.Frame{Verb: protocol.VerbPending}, nil)
 		errA <- err
 	}()
 	<-gotA
@@ -88,11 +89,11 @@ func TestClientCancelMidFrame(t *testing.T) {
 			t.Fatal("request A never took the reader token")
 		}
 	}
-	replyB := make(chan *Frame, 1)
+	replyB := make(chan *protocol.Frame, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		r, err := c.Do(ctx, &Frame{Verb: VerbPending}, nil)
+		r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbPending}, nil)
 		if err != nil {
 			t.Errorf("request B: %v", err)
 		}
@@ -146,8 +147,8 @@ func TestClientManyWaiters(t *testing.T) {
 			for range each {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				var events []string
-				f := &Frame{Verb: VerbPending}
-				r, err := c.Do(ctx, f, func(e *Frame) { events = append(events, e.Message) })
+				f := &protocol.Frame{Verb: protocol.VerbPending}
+				r, err := c.Do(ctx, f, func(e *protocol.Frame) { events = append(events, e.Message) })
 				cancel()
 				if err != nil {
 					errs <- err
@@ -177,9 +178,9 @@ func TestClientRefusedConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for range 2 {
-		_, err := c.Do(ctx, &Frame{Verb: VerbHello}, nil)
-		var e *Error
-		if !errors.As(err, &e) || e.Code != CodeUnauthorized {
+		_, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbHello}, nil)
+		var e *protocol.Error
+		if !errors.As(err, &e) || e.Code != protocol.CodeUnauthorized {
 			t.Fatalf("got %v, want the daemon's unauthorized", err)
 		}
 	}
@@ -200,10 +201,10 @@ func TestClientGrantReply(t *testing.T) {
 	}
 	for name, tc := range map[string]struct {
 		data string
-		want *GrantResult
+		want *protocol.GrantResult
 	}{
 		"ok": {`{"token":"pg1.x","grant_id":"g","expires":5,"caveats":[{"svc":["a.example"]}],"decision":"ask","rule":"r","approver":"alice","channel":"terminal","strength":"strong","narrowed":["n"],"request":"r_1"}`,
-			&GrantResult{Token: "pg1.x", GrantID: "g", Expires: 5, Caveats: []grant.Caveat{grant.Svc("a.example")}, Decision: "ask", Rule: "r",
+			&protocol.GrantResult{Token: "pg1.x", GrantID: "g", Expires: 5, Caveats: []grant.Caveat{grant.Svc("a.example")}, Decision: "ask", Rule: "r",
 				Approver: "alice", Channel: "terminal", Strength: "strong", Narrowed: []string{"n"}, RequestID: "r_1"}},
 		"fail/no-token": {`{"decision":"auto"}`, nil},
 	} {
@@ -217,8 +218,8 @@ func TestClientGrantReply(t *testing.T) {
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			var events []Event
-			res, err := c.Grant(ctx, key, []grant.Caveat{grant.Svc("a.example")}, func(e Event) { events = append(events, e) })
+			var events []protocol.Event
+			res, err := c.Grant(ctx, key, []grant.Caveat{grant.Svc("a.example")}, func(e protocol.Event) { events = append(events, e) })
 			if len(events) != 1 || events[0].Code != "47" {
 				t.Errorf("events %+v", events)
 			}

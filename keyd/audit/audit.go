@@ -1,4 +1,4 @@
-package keyd
+package audit
 
 import (
 	"bufio"
@@ -22,68 +22,68 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The kinds of audit record. AuditLog.Append refuses any other kind, so that a
+// The kinds of audit record. Log.Append refuses any other kind, so that a
 // typo cannot produce a record that tools reading the log do not recognise.
 const (
-	AuditKindIssue        = "issue"         // a grant was issued
-	AuditKindConsent      = "consent"       // a consent grant (§6.6) was issued
-	AuditKindDeny         = "deny"          // a request was refused by policy or by the human
-	AuditKindTimeout      = "timeout"       // an approval timed out (fail closed: no grant)
-	AuditKindWithdrawn    = "withdrawn"     // the requester went away before a decision
-	AuditKindError        = "error"         // a request failed inside the daemon
-	AuditKindPolicyReload = "policy-reload" // the policy was reloaded (or a reload was refused)
-	AuditKindStart        = "start"         // the daemon started
-	AuditKindStop         = "stop"          // the daemon stopped cleanly
-	AuditKindRecovered    = "recovered"     // OpenAudit dropped a torn last line after a crash
+	KindIssue        = "issue"         // a grant was issued
+	KindConsent      = "consent"       // a consent grant (§6.6) was issued
+	KindDeny         = "deny"          // a request was refused by policy or by the human
+	KindTimeout      = "timeout"       // an approval timed out (fail closed: no grant)
+	KindWithdrawn    = "withdrawn"     // the requester went away before a decision
+	KindError        = "error"         // a request failed inside the daemon
+	KindPolicyReload = "policy-reload" // the policy was reloaded (or a reload was refused)
+	KindStart        = "start"         // the daemon started
+	KindStop         = "stop"          // the daemon stopped cleanly
+	KindRecovered    = "recovered"     // Open dropped a torn last line after a crash
 )
 
-var auditKinds = map[string]bool{
-	AuditKindIssue: true, AuditKindConsent: true, AuditKindDeny: true, AuditKindTimeout: true,
-	AuditKindWithdrawn: true, AuditKindError: true, AuditKindPolicyReload: true,
-	AuditKindStart: true, AuditKindStop: true, AuditKindRecovered: true,
+var kinds = map[string]bool{
+	KindIssue: true, KindConsent: true, KindDeny: true, KindTimeout: true,
+	KindWithdrawn: true, KindError: true, KindPolicyReload: true,
+	KindStart: true, KindStop: true, KindRecovered: true,
 }
 
 const (
-	// auditMaxLine caps one record. Requests are capped at 1 MiB per frame
+	// maxLine caps one record. Requests are capped at 1 MiB per frame
 	// (§2.1), so a record holding requested and issued caveats fits; the cap
 	// keeps a corrupt or hostile log file from making verify read without end.
-	auditMaxLine = 4 << 20
-	// auditMaxBatch caps the records committed by one write and fsync.
-	auditMaxBatch = 512
+	maxLine = 4 << 20
+	// maxBatch caps the records committed by one write and fsync.
+	maxBatch = 512
 )
 
-// ErrAuditClosed is returned by Append after Close.
-var ErrAuditClosed = errors.New("audit log is closed")
+// ErrClosed is returned by Append after Close.
+var ErrClosed = errors.New("audit log is closed")
 
-// ErrAuditInUse is returned by OpenAudit when another process, such as a
+// ErrInUse is returned by Open when another process, such as a
 // second daemon on the same state folder, holds the log.
-var ErrAuditInUse = errors.New("in use by another process")
+var ErrInUse = errors.New("in use by another process")
 
-// AuditRecord is one line of the audit log. Seq, Prev and Time are filled in
-// by AuditLog.Append; whatever the caller puts there is overwritten.
+// Record is one line of the audit log. Seq, Prev and Time are filled in
+// by Log.Append; whatever the caller puts there is overwritten.
 //
 // A record never holds a signature, a token or any key material: Holder is
 // the holder's public key, Requested and Issued are caveat lists, GrantID is
 // an identifier, not the grant.
-type AuditRecord struct {
+type Record struct {
 	Seq       uint64          `json:"seq"`
 	Prev      string          `json:"prev"`
 	Time      string          `json:"time"` // RFC 3339 with nanoseconds, UTC
 	Kind      string          `json:"kind"`
 	RequestID string          `json:"request_id,omitempty"`
-	Caller    *AuditCaller    `json:"caller,omitempty"`
+	Caller    *Caller         `json:"caller,omitempty"`
 	Holder    string          `json:"holder,omitempty"`
 	Requested json.RawMessage `json:"requested,omitempty"`
 	Issued    json.RawMessage `json:"issued,omitempty"`
 	Decision  string          `json:"decision,omitempty"`
-	DecidedBy *AuditDecider   `json:"decided_by,omitempty"`
+	DecidedBy *Decider        `json:"decided_by,omitempty"`
 	GrantID   string          `json:"grant_id,omitempty"`
 	Expiry    int64           `json:"expiry,omitempty"` // unix seconds
 	Message   string          `json:"message,omitempty"`
 }
 
-// AuditCaller is the requester as the kernel identified it (see PeerIdentity).
-type AuditCaller struct {
+// Caller is the requester as the kernel identified it (see peercred.Get).
+type Caller struct {
 	UID  uint32 `json:"uid"`
 	GID  uint32 `json:"gid"`
 	PID  int32  `json:"pid"`
@@ -92,35 +92,35 @@ type AuditCaller struct {
 	Unit string `json:"unit,omitempty"`
 }
 
-// AuditDecider says who or what decided a request: a policy rule, or a human
+// Decider says who or what decided a request: a policy rule, or a human
 // approver on a channel of some strength.
-type AuditDecider struct {
+type Decider struct {
 	Rule     string `json:"rule,omitempty"`
 	Approver string `json:"approver,omitempty"` // user name, or uid when it has no name
 	Channel  string `json:"channel,omitempty"`
 	Strength string `json:"strength,omitempty"`
 }
 
-// AuditHead names the last record of a log: its seq and the hash of its line,
+// Head names the last record of a log: its seq and the hash of its line,
 // which is what the next record's prev will hold. A log with no records has
 // Seq 0 and Hash "".
-type AuditHead struct {
+type Head struct {
 	Seq  uint64
 	Hash string
 }
 
-// AuditError reports the first line of an audit log that fails verification.
+// Error reports the first line of an audit log that fails verification.
 // Line counts from 1.
-type AuditError struct {
+type Error struct {
 	Line   int
 	Reason string
 }
 
-func (e *AuditError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("audit log line %d: %s", e.Line, e.Reason)
 }
 
-// AuditLog is the daemon's append-only, hash-chained audit log: one JSON
+// Log is the daemon's append-only, hash-chained audit log: one JSON
 // object per line, in a file only the daemon's user can write.
 //
 // # Chain
@@ -130,9 +130,9 @@ func (e *AuditError) Error() string {
 // record's line, exactly the bytes on disk without the final newline. The
 // first record has "prev": "". Removing, editing, reordering, duplicating or
 // inserting a record therefore breaks either the seq sequence or a prev, and
-// VerifyAudit names the first line where it breaks. Anyone who can write the
+// Verify names the first line where it breaks. Anyone who can write the
 // file can still rewrite every record from some point on, or cut the tail;
-// that is only detectable against a head (AuditHead) kept somewhere else,
+// that is only detectable against a head (Head) kept somewhere else,
 // which is why the daemon reports its head when it starts and stops.
 //
 // # Durability
@@ -146,16 +146,16 @@ func (e *AuditError) Error() string {
 // record, so no partial line is left behind, and every record of the group
 // gets the error. If even that truncation fails, the log refuses every later
 // Append (fail closed) until it is reopened.
-type AuditLog struct {
+type Log struct {
 	path  string
 	f     *os.File
-	queue chan *auditReq
+	queue chan *request
 	done  chan struct{} // closed when the writer goroutine has returned
 
 	mu     sync.RWMutex // guards closed; held for reading while sending on queue
 	closed bool
 
-	// Owned by the writer goroutine once OpenAudit returns.
+	// Owned by the writer goroutine once Open returns.
 	seq    uint64
 	head   string
 	off    int64 // end of the last committed record
@@ -163,33 +163,33 @@ type AuditLog struct {
 	buf    bytes.Buffer
 
 	headMu   sync.Mutex
-	headCopy AuditHead
+	headCopy Head
 
 	syncs atomic.Uint64 // fsyncs issued by the writer; read by tests and benchmarks
 	now   func() time.Time
 }
 
-type auditReq struct {
-	rec  AuditRecord
+type request struct {
+	rec  Record
 	seq  uint64
 	err  error
 	done chan struct{}
 }
 
-// OpenAudit opens the audit log at path, creating it with mode 0600 when it
+// Open opens the audit log at path, creating it with mode 0600 when it
 // does not exist, and returns once the existing records have been verified.
 //
 // A last line without its newline is the trace of a crash during a write.
 // Such a record was never acknowledged (acknowledgement follows the fsync),
-// so OpenAudit truncates it and appends a record of kind "recovered" that
+// so Open truncates it and appends a record of kind "recovered" that
 // says how many bytes were dropped. Any other damage (a corrupt record or a
-// broken chain) makes OpenAudit fail with an error wrapping the *AuditError
+// broken chain) makes Open fail with an error wrapping the *Error
 // that names the line; the daemon must not add records to a log it cannot
 // vouch for.
 //
 // The file is locked (flock) for as long as the log is open, so a second
 // daemon on the same state folder cannot interleave its own chain.
-func OpenAudit(path string) (*AuditLog, error) {
+func Open(path string) (*Log, error) {
 	// O_NOFOLLOW: a symlink planted in the state folder must not redirect the
 	// log into a file the attacker can read or truncate.
 	const flags = os.O_RDWR | os.O_APPEND | syscall.O_NOFOLLOW
@@ -203,7 +203,7 @@ func OpenAudit(path string) (*AuditLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}
-	l, err := auditOpenFile(path, f, created)
+	l, err := openFile(path, f, created)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -211,16 +211,16 @@ func OpenAudit(path string) (*AuditLog, error) {
 	return l, nil
 }
 
-func auditOpenFile(path string, f *os.File, created bool) (*AuditLog, error) {
+func openFile(path string, f *os.File, created bool) (*Log, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("audit log %s: %w", path, ErrAuditInUse)
+			return nil, fmt.Errorf("audit log %s: %w", path, ErrInUse)
 		}
 		return nil, fmt.Errorf("lock audit log %s: %w", path, err)
 	}
 	if created {
 		// Make the new file's name durable too, not only its contents.
-		if err := auditSyncDir(path); err != nil {
+		if err := syncDir(path); err != nil {
 			return nil, err
 		}
 	}
@@ -229,11 +229,11 @@ func auditOpenFile(path string, f *os.File, created bool) (*AuditLog, error) {
 		return nil, fmt.Errorf("stat audit log: %w", err)
 	}
 	// Tampering: a log that others can write is a log anyone can rewrite.
-	if err := auditCheckOwner(path, fi); err != nil {
+	if err := checkOwner(path, fi); err != nil {
 		return nil, err
 	}
 
-	head, good, err := auditScan(f)
+	head, good, err := scan(f)
 	if err != nil {
 		return nil, fmt.Errorf("audit log %s cannot be trusted: %w (run `parley-keyd audit verify`; to start a new log, move this one aside)", path, err)
 	}
@@ -247,10 +247,10 @@ func auditOpenFile(path string, f *os.File, created bool) (*AuditLog, error) {
 		}
 	}
 
-	l := &AuditLog{
+	l := &Log{
 		path:  path,
 		f:     f,
-		queue: make(chan *auditReq, 256),
+		queue: make(chan *request, 256),
 		done:  make(chan struct{}),
 		seq:   head.Seq,
 		head:  head.Hash,
@@ -258,10 +258,10 @@ func auditOpenFile(path string, f *os.File, created bool) (*AuditLog, error) {
 		now:   time.Now,
 	}
 	l.headCopy = head
-	go l.auditWriter()
+	go l.writer()
 	if torn > 0 {
-		_, err := l.Append(AuditRecord{
-			Kind:    AuditKindRecovered,
+		_, err := l.Append(Record{
+			Kind:    KindRecovered,
 			Message: fmt.Sprintf("dropped %d bytes of an incomplete last record (the daemon stopped during a write; that record was never acknowledged)", torn),
 		})
 		if err != nil {
@@ -272,7 +272,7 @@ func auditOpenFile(path string, f *os.File, created bool) (*AuditLog, error) {
 	return l, nil
 }
 
-func auditCheckOwner(path string, fi os.FileInfo) error {
+func checkOwner(path string, fi os.FileInfo) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("audit log %s is not a regular file", path)
 	}
@@ -289,7 +289,7 @@ func auditCheckOwner(path string, fi os.FileInfo) error {
 	return nil
 }
 
-func auditSyncDir(path string) error {
+func syncDir(path string) error {
 	dir := "."
 	if i := strings.LastIndexByte(path, '/'); i >= 0 {
 		dir = path[:i+1]
@@ -305,14 +305,14 @@ func auditSyncDir(path string) error {
 	return nil
 }
 
-// auditScan verifies the records of f from its start and returns the head
+// scan verifies the records of f from its start and returns the head
 // and the offset just after the last complete line. An incomplete last line
 // is not an error here: the caller truncates it.
-func auditScan(f io.ReadSeeker) (AuditHead, int64, error) {
+func scan(f io.ReadSeeker) (Head, int64, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return AuditHead{}, 0, err
+		return Head{}, 0, err
 	}
-	var v auditVerifier
+	var v verifier
 	br := bufio.NewReaderSize(f, 64<<10)
 	var good int64
 	// Every line but the last is checked through the chain alone: its seq,
@@ -322,14 +322,14 @@ func auditScan(f io.ReadSeeker) (AuditHead, int64, error) {
 	// record made start-up with a long log slow (docs/performance.md).
 	var held []byte
 	for {
-		line, complete, err := auditReadLine(br)
+		line, complete, err := readLine(br)
 		if err != nil && err != io.EOF {
-			return AuditHead{}, 0, &AuditError{Line: v.n + 1, Reason: err.Error()}
+			return Head{}, 0, &Error{Line: v.n + 1, Reason: err.Error()}
 		}
 		if err == io.EOF || !complete {
 			if held != nil {
 				if err := v.line(held); err != nil {
-					return AuditHead{}, 0, err
+					return Head{}, 0, err
 				}
 				good += int64(len(held)) + 1
 			}
@@ -337,7 +337,7 @@ func auditScan(f io.ReadSeeker) (AuditHead, int64, error) {
 		}
 		if held != nil {
 			if err := v.chained(held); err != nil {
-				return AuditHead{}, 0, err
+				return Head{}, 0, err
 			}
 			good += int64(len(held)) + 1
 		}
@@ -348,12 +348,12 @@ func auditScan(f io.ReadSeeker) (AuditHead, int64, error) {
 // Append adds rec to the log and returns its seq once the record is durable
 // (written and fsynced). On error the record is not in the log and the
 // caller must not release what the record describes.
-func (l *AuditLog) Append(rec AuditRecord) (seq uint64, err error) {
-	req := &auditReq{rec: rec, done: make(chan struct{})}
+func (l *Log) Append(rec Record) (seq uint64, err error) {
+	req := &request{rec: rec, done: make(chan struct{})}
 	l.mu.RLock()
 	if l.closed {
 		l.mu.RUnlock()
-		return 0, ErrAuditClosed
+		return 0, ErrClosed
 	}
 	l.queue <- req
 	l.mu.RUnlock()
@@ -363,22 +363,22 @@ func (l *AuditLog) Append(rec AuditRecord) (seq uint64, err error) {
 
 // Head returns the seq and hash of the last committed record. Report it
 // outside the log (the system journal) so a cut tail can be noticed.
-func (l *AuditLog) Head() AuditHead {
+func (l *Log) Head() Head {
 	l.headMu.Lock()
 	defer l.headMu.Unlock()
 	return l.headCopy
 }
 
 // Path returns the file the log writes to.
-func (l *AuditLog) Path() string { return l.path }
+func (l *Log) Path() string { return l.path }
 
 // Close waits for the records already queued, then closes the file and
-// releases its lock. Append fails with ErrAuditClosed afterwards.
-func (l *AuditLog) Close() error {
+// releases its lock. Append fails with ErrClosed afterwards.
+func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return ErrAuditClosed
+		return ErrClosed
 	}
 	l.closed = true
 	close(l.queue)
@@ -387,9 +387,9 @@ func (l *AuditLog) Close() error {
 	return l.f.Close()
 }
 
-func (l *AuditLog) auditWriter() {
+func (l *Log) writer() {
 	defer close(l.done)
-	batch := make([]*auditReq, 0, auditMaxBatch)
+	batch := make([]*request, 0, maxBatch)
 	for {
 		req, ok := <-l.queue
 		if !ok {
@@ -398,7 +398,7 @@ func (l *AuditLog) auditWriter() {
 		batch = append(batch[:0], req)
 		open := true
 	drain:
-		for len(batch) < auditMaxBatch {
+		for len(batch) < maxBatch {
 			select {
 			case r, ok := <-l.queue:
 				if !ok {
@@ -410,15 +410,15 @@ func (l *AuditLog) auditWriter() {
 				break drain
 			}
 		}
-		l.auditCommit(batch)
+		l.commit(batch)
 		if !open {
 			return
 		}
 	}
 }
 
-// auditCommit writes and fsyncs one group of records and answers each waiter.
-func (l *AuditLog) auditCommit(batch []*auditReq) {
+// commit writes and fsyncs one group of records and answers each waiter.
+func (l *Log) commit(batch []*request) {
 	defer func() {
 		for _, r := range batch {
 			close(r.done)
@@ -436,9 +436,9 @@ func (l *AuditLog) auditCommit(batch []*auditReq) {
 	l.buf.Reset()
 	enc := json.NewEncoder(&l.buf)
 	enc.SetEscapeHTML(false)
-	var pending []*auditReq
+	var pending []*request
 	for _, r := range batch {
-		if !auditKinds[r.rec.Kind] {
+		if !kinds[r.rec.Kind] {
 			r.err = fmt.Errorf("audit record of unknown kind %q", r.rec.Kind)
 			continue
 		}
@@ -451,13 +451,13 @@ func (l *AuditLog) auditCommit(batch []*auditReq) {
 			continue
 		}
 		line := l.buf.Bytes()[start : l.buf.Len()-1]
-		if len(line) > auditMaxLine {
+		if len(line) > maxLine {
 			l.buf.Truncate(start)
-			r.err = fmt.Errorf("audit record of %d bytes exceeds the limit of %d", len(line), auditMaxLine)
+			r.err = fmt.Errorf("audit record of %d bytes exceeds the limit of %d", len(line), maxLine)
 			continue
 		}
 		seq++
-		head = auditHash(line)
+		head = lineHash(line)
 		r.seq = seq
 		pending = append(pending, r)
 	}
@@ -472,7 +472,7 @@ func (l *AuditLog) auditCommit(batch []*auditReq) {
 	}
 	if err != nil {
 		err = fmt.Errorf("write audit log: %w", err)
-		l.auditRollback(err)
+		l.rollback(err)
 		for _, r := range pending {
 			r.seq, r.err = 0, err
 		}
@@ -481,16 +481,16 @@ func (l *AuditLog) auditCommit(batch []*auditReq) {
 	l.seq, l.head = seq, head
 	l.off += int64(l.buf.Len())
 	l.headMu.Lock()
-	l.headCopy = AuditHead{Seq: seq, Hash: head}
+	l.headCopy = Head{Seq: seq, Hash: head}
 	l.headMu.Unlock()
 	if l.buf.Cap() > 1<<20 {
 		l.buf = bytes.Buffer{} // do not keep a large buffer alive after a burst
 	}
 }
 
-// auditRollback cuts the file back to the last committed record after a
+// rollback cuts the file back to the last committed record after a
 // failed write or fsync, so that no partial or unacknowledged line remains.
-func (l *AuditLog) auditRollback(cause error) {
+func (l *Log) rollback(cause error) {
 	err := l.f.Truncate(l.off)
 	if err == nil {
 		err = l.f.Sync()
@@ -501,15 +501,15 @@ func (l *AuditLog) auditRollback(cause error) {
 	}
 }
 
-// auditHash is the chain hash of one line (without its newline).
-func auditHash(line []byte) string {
+// lineHash is the chain hash of one line (without its newline).
+func lineHash(line []byte) string {
 	sum := sha256.Sum256(line)
 	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// auditReadLine returns the next line without its newline. complete is false
-// for a last line that has no newline. Lines above auditMaxLine are an error.
-func auditReadLine(br *bufio.Reader) (line []byte, complete bool, err error) {
+// readLine returns the next line without its newline. complete is false
+// for a last line that has no newline. Lines above maxLine are an error.
+func readLine(br *bufio.Reader) (line []byte, complete bool, err error) {
 	var long []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
@@ -519,14 +519,14 @@ func auditReadLine(br *bufio.Reader) (line []byte, complete bool, err error) {
 				return chunk[:len(chunk)-1], true, nil
 			}
 			long = append(long, chunk[:len(chunk)-1]...)
-			if len(long) > auditMaxLine {
-				return nil, false, fmt.Errorf("line longer than %d bytes", auditMaxLine)
+			if len(long) > maxLine {
+				return nil, false, fmt.Errorf("line longer than %d bytes", maxLine)
 			}
 			return long, true, nil
 		case err == bufio.ErrBufferFull:
 			long = append(long, chunk...)
-			if len(long) > auditMaxLine {
-				return nil, false, fmt.Errorf("line longer than %d bytes", auditMaxLine)
+			if len(long) > maxLine {
+				return nil, false, fmt.Errorf("line longer than %d bytes", maxLine)
 			}
 		case err == io.EOF:
 			long = append(long, chunk...)
@@ -540,32 +540,32 @@ func auditReadLine(br *bufio.Reader) (line []byte, complete bool, err error) {
 	}
 }
 
-// auditVerifier checks records one line at a time.
-type auditVerifier struct {
+// verifier checks records one line at a time.
+type verifier struct {
 	n    int    // lines accepted
 	prev string // hash of the last accepted line
 }
 
-func (v *auditVerifier) head() AuditHead {
-	return AuditHead{Seq: uint64(v.n), Hash: v.prev}
+func (v *verifier) head() Head {
+	return Head{Seq: uint64(v.n), Hash: v.prev}
 }
 
 // chained accepts a line that another line follows, reading only its seq
 // and prev; anything unusual takes the full check of line, which then names
 // the problem.
-func (v *auditVerifier) chained(line []byte) error {
-	seq, prev, ok := auditPeek(line)
+func (v *verifier) chained(line []byte) error {
+	seq, prev, ok := peek(line)
 	if !ok || seq != uint64(v.n+1) || prev != v.prev {
 		return v.line(line)
 	}
 	v.n++
-	v.prev = auditHash(line)
+	v.prev = lineHash(line)
 	return nil
 }
 
-// auditPeek reads seq and prev from the start of a record as the log writes
+// peek reads seq and prev from the start of a record as the log writes
 // it: {"seq":N,"prev":"…",…}. ok is false for anything else.
-func auditPeek(line []byte) (seq uint64, prev string, ok bool) {
+func peek(line []byte) (seq uint64, prev string, ok bool) {
 	const head, mid = `{"seq":`, `,"prev":"`
 	rest, found := bytes.CutPrefix(line, []byte(head))
 	if !found {
@@ -598,12 +598,12 @@ func auditPeek(line []byte) (seq uint64, prev string, ok bool) {
 	return seq, string(rest[:end]), true
 }
 
-func (v *auditVerifier) line(line []byte) error {
+func (v *verifier) line(line []byte) error {
 	no := v.n + 1
 	bad := func(format string, args ...any) error {
-		return &AuditError{Line: no, Reason: fmt.Sprintf(format, args...)}
+		return &Error{Line: no, Reason: fmt.Sprintf(format, args...)}
 	}
-	var rec AuditRecord
+	var rec Record
 	if err := json.Unmarshal(line, &rec); err != nil {
 		return bad("not a valid record: %v", err)
 	}
@@ -623,73 +623,73 @@ func (v *auditVerifier) line(line []byte) error {
 		return bad("bad time %q", rec.Time)
 	}
 	v.n = no
-	v.prev = auditHash(line)
+	v.prev = lineHash(line)
 	return nil
 }
 
-// VerifyAuditChain reads a whole audit log and checks its chain: seq must
+// VerifyChain reads a whole audit log and checks its chain: seq must
 // run 1, 2, 3, … and every prev must be the hash of the line before (see
-// AuditLog). It returns the head of a valid log, or an *AuditError naming the
+// Log). It returns the head of a valid log, or an *Error naming the
 // first line that fails. An incomplete last line is reported as an error;
-// OpenAudit repairs it. Compare the head with one reported elsewhere to
+// Open repairs it. Compare the head with one reported elsewhere to
 // detect a cut tail, which the chain alone cannot show.
-func VerifyAuditChain(r io.Reader) (AuditHead, error) {
-	var v auditVerifier
+func VerifyChain(r io.Reader) (Head, error) {
+	var v verifier
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
-		line, complete, err := auditReadLine(br)
+		line, complete, err := readLine(br)
 		if err == io.EOF {
 			return v.head(), nil
 		}
 		if err != nil {
-			return AuditHead{}, &AuditError{Line: v.n + 1, Reason: err.Error()}
+			return Head{}, &Error{Line: v.n + 1, Reason: err.Error()}
 		}
 		if !complete {
-			return AuditHead{}, &AuditError{Line: v.n + 1, Reason: "incomplete last line (a crash during a write; opening the log truncates it)"}
+			return Head{}, &Error{Line: v.n + 1, Reason: "incomplete last line (a crash during a write; opening the log truncates it)"}
 		}
 		if err := v.line(line); err != nil {
-			return AuditHead{}, err
+			return Head{}, err
 		}
 	}
 }
 
-// VerifyAudit is VerifyAuditChain returning the number of records.
-func VerifyAudit(r io.Reader) (records int, err error) {
-	h, err := VerifyAuditChain(r)
+// Verify is VerifyChain returning the number of records.
+func Verify(r io.Reader) (records int, err error) {
+	h, err := VerifyChain(r)
 	return int(h.Seq), err
 }
 
-// ShowAudit writes one human-readable line per record of the log in r to w:
+// Show writes one human-readable line per record of the log in r to w:
 // seq, time, kind, request id, caller, holder (shortened), decision, decided
 // by, grant id, expiry and message. Text that came from callers is shown
 // with control, format (bidi, zero-width) and other invisible characters
-// escaped, and long values are cut visibly. ShowAudit does not verify the
+// escaped, and long values are cut visibly. Show does not verify the
 // chain; a line that is not a record is shown as such and reported in the
 // error returned at the end.
-func ShowAudit(r io.Reader, w io.Writer) error {
+func Show(r io.Reader, w io.Writer) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	bw := bufio.NewWriter(w)
 	var firstErr error
 	for no := 1; ; no++ {
-		line, _, err := auditReadLine(br)
+		line, _, err := readLine(br)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			if firstErr == nil {
-				firstErr = &AuditError{Line: no, Reason: err.Error()}
+				firstErr = &Error{Line: no, Reason: err.Error()}
 			}
 			break
 		}
-		var rec AuditRecord
+		var rec Record
 		if err := json.Unmarshal(line, &rec); err != nil {
 			fmt.Fprintf(bw, "line %d: not a record\n", no)
 			if firstErr == nil {
-				firstErr = &AuditError{Line: no, Reason: "not a valid record: " + err.Error()}
+				firstErr = &Error{Line: no, Reason: "not a valid record: " + err.Error()}
 			}
 			continue
 		}
-		bw.WriteString(auditFormat(&rec))
+		bw.WriteString(formatRecord(&rec))
 		bw.WriteByte('\n')
 	}
 	if err := bw.Flush(); err != nil {
@@ -698,64 +698,64 @@ func ShowAudit(r io.Reader, w io.Writer) error {
 	return firstErr
 }
 
-func auditFormat(rec *AuditRecord) string {
+func formatRecord(rec *Record) string {
 	var b strings.Builder
-	ts := auditClean(rec.Time, 40)
+	ts := clean(rec.Time, 40)
 	if t, err := time.Parse(time.RFC3339Nano, rec.Time); err == nil {
 		ts = t.UTC().Format("2006-01-02T15:04:05Z")
 	}
-	fmt.Fprintf(&b, "#%d %s %s", rec.Seq, ts, auditClean(rec.Kind, 20))
+	fmt.Fprintf(&b, "#%d %s %s", rec.Seq, ts, clean(rec.Kind, 20))
 	field := func(name, value string) {
 		if value != "" {
 			b.WriteString(" " + name + "=" + value)
 		}
 	}
-	field("req", auditClean(rec.RequestID, 40))
+	field("req", clean(rec.RequestID, 40))
 	if c := rec.Caller; c != nil {
 		who := c.User
 		if who == "" {
 			who = "uid:" + strconv.FormatUint(uint64(c.UID), 10)
 		}
-		field("caller", auditClean(who, 32)+"/pid:"+strconv.FormatInt(int64(c.PID), 10))
+		field("caller", clean(who, 32)+"/pid:"+strconv.FormatInt(int64(c.PID), 10))
 		if c.Unit != "" {
-			field("unit", auditClean(c.Unit, 48))
+			field("unit", clean(c.Unit, 48))
 		}
 	}
-	field("holder", auditShortKey(rec.Holder))
-	field("decision", auditClean(rec.Decision, 20))
+	field("holder", shortKey(rec.Holder))
+	field("decision", clean(rec.Decision, 20))
 	if d := rec.DecidedBy; d != nil {
 		var parts []string
 		if d.Rule != "" {
-			parts = append(parts, "rule:"+auditClean(d.Rule, 40))
+			parts = append(parts, "rule:"+clean(d.Rule, 40))
 		}
 		if d.Approver != "" {
-			parts = append(parts, auditClean(d.Approver, 32))
+			parts = append(parts, clean(d.Approver, 32))
 		}
 		if d.Channel != "" {
-			ch := "via:" + auditClean(d.Channel, 20)
+			ch := "via:" + clean(d.Channel, 20)
 			if d.Strength != "" {
-				ch += "(" + auditClean(d.Strength, 10) + ")"
+				ch += "(" + clean(d.Strength, 10) + ")"
 			}
 			parts = append(parts, ch)
 		}
 		field("by", strings.Join(parts, ","))
 	}
-	field("grant", auditClean(rec.GrantID, 48))
+	field("grant", clean(rec.GrantID, 48))
 	if rec.Expiry != 0 {
 		field("exp", time.Unix(rec.Expiry, 0).UTC().Format("2006-01-02T15:04:05Z"))
 	}
 	if rec.Message != "" {
-		b.WriteString(" -- " + auditCleanText(rec.Message, 200))
+		b.WriteString(" -- " + cleanText(rec.Message, 200))
 	}
 	return b.String()
 }
 
-// auditShortKey shortens "ed25519:AAAA…" to its prefix and both ends.
-func auditShortKey(k string) string {
+// shortKey shortens "ed25519:AAAA…" to its prefix and both ends.
+func shortKey(k string) string {
 	if k == "" {
 		return ""
 	}
-	k = auditClean(k, 200)
+	k = clean(k, 200)
 	if utf8.RuneCountInString(k) <= 24 {
 		return k
 	}
@@ -763,18 +763,18 @@ func auditShortKey(k string) string {
 	return string(r[:14]) + "…" + string(r[len(r)-6:])
 }
 
-// auditClean makes untrusted text safe to print on a terminal: anything that
+// clean makes untrusted text safe to print on a terminal: anything that
 // is not a graphic character (terminal escapes, control characters, bidi
 // overrides, zero-width characters), any space, invalid UTF-8 and the
 // backslash are escaped Go-style, so a caller-chosen request id can neither
 // rewrite the admin's screen nor fake another field; values longer than max
 // runes are cut with a visible marker.
-func auditClean(s string, max int) string { return auditEscape(s, max, false) }
+func clean(s string, max int) string { return escape(s, max, false) }
 
-// auditCleanText is auditClean for free text, which keeps plain spaces.
-func auditCleanText(s string, max int) string { return auditEscape(s, max, true) }
+// cleanText is clean for free text, which keeps plain spaces.
+func cleanText(s string, max int) string { return escape(s, max, true) }
 
-func auditEscape(s string, max int, spaces bool) string {
+func escape(s string, max int, spaces bool) string {
 	var b strings.Builder
 	n := 0
 	for i := 0; i < len(s); {

@@ -1,4 +1,4 @@
-package keyd
+package keystore
 
 import (
 	"bytes"
@@ -17,10 +17,10 @@ import (
 
 func init() {
 	// Keep encrypted key files quick to open in tests (2^10 instead of 2^18).
-	keystoreScryptLogN = 10
+	scryptLogN = 10
 }
 
-func keystoreTestMode(t *testing.T, path string) fs.FileMode {
+func testMode(t *testing.T, path string) fs.FileMode {
 	t.Helper()
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -29,17 +29,17 @@ func keystoreTestMode(t *testing.T, path string) fs.FileMode {
 	return fi.Mode().Perm()
 }
 
-func keystoreTestInit(t *testing.T, passphrase string) (string, ed25519.PublicKey) {
+func testInit(t *testing.T, passphrase string) (string, ed25519.PublicKey) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "state")
-	pub, err := InitState(dir, []byte(passphrase))
+	pub, err := Init(dir, []byte(passphrase))
 	if err != nil {
-		t.Fatalf("InitState: %v", err)
+		t.Fatalf("Init: %v", err)
 	}
 	return dir, pub
 }
 
-func keystoreNoPassphrase(t *testing.T) func() ([]byte, error) {
+func noPassphrase(t *testing.T) func() ([]byte, error) {
 	return func() ([]byte, error) {
 		t.Error("passphrase asked for a plain key file")
 		return nil, errors.New("no")
@@ -47,35 +47,35 @@ func keystoreNoPassphrase(t *testing.T) func() ([]byte, error) {
 }
 
 func TestInitStateCreates(t *testing.T) {
-	dir, pub := keystoreTestInit(t, "")
+	dir, pub := testInit(t, "")
 	for path, want := range map[string]fs.FileMode{
 		dir:                                   0o700,
 		filepath.Join(dir, KeyFileName):       0o600,
 		filepath.Join(dir, PublicKeyFileName): 0o644,
 	} {
-		if got := keystoreTestMode(t, path); got != want {
+		if got := testMode(t, path); got != want {
 			t.Errorf("%s: mode %04o, want %04o", path, got, want)
 		}
 	}
-	if err := CheckStatePerms(dir); err != nil {
-		t.Errorf("CheckStatePerms after init: %v", err)
+	if err := CheckPerms(dir); err != nil {
+		t.Errorf("CheckPerms after init: %v", err)
 	}
 	data, _ := os.ReadFile(filepath.Join(dir, KeyFileName))
-	if !bytes.Contains(data, []byte("\nPARLEY-PRINCIPAL-KEY-1 ")) || !bytes.Contains(data, []byte("# public key: "+keystoreFormatPub(pub)+"\n")) {
+	if !bytes.Contains(data, []byte("\nPARLEY-PRINCIPAL-KEY-1 ")) || !bytes.Contains(data, []byte("# public key: "+formatPub(pub)+"\n")) {
 		t.Errorf("key file not in the documented format:\n%s", data)
 	}
-	got, err := PublicKeyOf(dir)
+	got, err := PublicKey(dir)
 	if err != nil || !got.Equal(pub) {
-		t.Errorf("PublicKeyOf = %x, %v; want %x", got, err, pub)
+		t.Errorf("PublicKey = %x, %v; want %x", got, err, pub)
 	}
 	pubFile, _ := os.ReadFile(filepath.Join(dir, PublicKeyFileName))
-	if string(pubFile) != keystoreFormatPub(pub)+"\n" {
+	if string(pubFile) != formatPub(pub)+"\n" {
 		t.Errorf("principal.pub = %q", pubFile)
 	}
 
-	s, err := LoadKey(dir, keystoreNoPassphrase(t))
+	s, err := Load(dir, noPassphrase(t))
 	if err != nil {
-		t.Fatalf("LoadKey: %v", err)
+		t.Fatalf("Load: %v", err)
 	}
 	defer s.Close()
 	if !s.PublicKey().Equal(pub) || !s.Public().(ed25519.PublicKey).Equal(pub) {
@@ -88,10 +88,10 @@ func TestInitStateCreates(t *testing.T) {
 
 func TestInitStateRefuses(t *testing.T) {
 	t.Run("fail/overwrite", func(t *testing.T) {
-		dir, _ := keystoreTestInit(t, "")
+		dir, _ := testInit(t, "")
 		before, _ := os.ReadFile(filepath.Join(dir, KeyFileName))
-		if _, err := InitState(dir, nil); !errors.Is(err, ErrKeyExists) {
-			t.Fatalf("second InitState: %v, want ErrKeyExists", err)
+		if _, err := Init(dir, nil); !errors.Is(err, ErrKeyExists) {
+			t.Fatalf("second Init: %v, want ErrKeyExists", err)
 		}
 		after, _ := os.ReadFile(filepath.Join(dir, KeyFileName))
 		if !bytes.Equal(before, after) {
@@ -102,7 +102,7 @@ func TestInitStateRefuses(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "state")
 		os.Mkdir(dir, 0o700)
 		os.WriteFile(filepath.Join(dir, "audit.log"), nil, 0o600)
-		if _, err := InitState(dir, nil); err != nil {
+		if _, err := Init(dir, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -110,10 +110,10 @@ func TestInitStateRefuses(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "state")
 		os.Mkdir(dir, 0o755)
 		os.Chmod(dir, 0o755)
-		_, err := InitState(dir, nil)
-		var pe *StatePermError
+		_, err := Init(dir, nil)
+		var pe *PermError
 		if !errors.As(err, &pe) || pe.Fix != "chmod 700 "+dir {
-			t.Fatalf("InitState: %v, want StatePermError with chmod 700", err)
+			t.Fatalf("Init: %v, want PermError with chmod 700", err)
 		}
 		if _, err := os.Stat(filepath.Join(dir, KeyFileName)); err == nil {
 			t.Error("a key was written into an unsafe folder")
@@ -129,7 +129,7 @@ func TestLoadKeyRefusesUnsafeState(t *testing.T) {
 		path     string // relative to dir; "" is dir itself
 		problem  string
 		fix      string // with {path} for the full path
-		notPerms bool   // the error is not a StatePermError
+		notPerms bool   // the error is not a PermError
 	}{
 		{"fail/key-group-readable", false, func(t *testing.T, dir string) {
 			os.Chmod(filepath.Join(dir, KeyFileName), 0o640)
@@ -167,14 +167,14 @@ func TestLoadKeyRefusesUnsafeState(t *testing.T) {
 		}, PublicKeyFileName, "others can replace the public key", "chmod 644 {path}", false},
 		{"fail/pub-mismatch", false, func(t *testing.T, dir string) {
 			other, _, _ := ed25519.GenerateKey(nil)
-			os.WriteFile(filepath.Join(dir, PublicKeyFileName), []byte(keystoreFormatPub(other)+"\n"), 0o644)
+			os.WriteFile(filepath.Join(dir, PublicKeyFileName), []byte(formatPub(other)+"\n"), 0o644)
 		}, PublicKeyFileName, "does not match the principal key", "", true},
 		{"fail/comment-mismatch", false, func(t *testing.T, dir string) {
 			key := filepath.Join(dir, KeyFileName)
 			data, _ := os.ReadFile(key)
 			other, _, _ := ed25519.GenerateKey(nil)
 			lines := strings.Split(string(data), "\n")
-			lines[1] = "# public key: " + keystoreFormatPub(other)
+			lines[1] = "# public key: " + formatPub(other)
 			os.WriteFile(key, []byte(strings.Join(lines, "\n")), 0o600)
 		}, KeyFileName, "public key comment does not match", "", true},
 		{"fail/missing-key", false, func(t *testing.T, dir string) {
@@ -189,26 +189,26 @@ func TestLoadKeyRefusesUnsafeState(t *testing.T) {
 			if tt.root {
 				testpeer.RequireRoot(t)
 			}
-			dir, _ := keystoreTestInit(t, "")
+			dir, _ := testInit(t, "")
 			tt.setup(t, dir)
 			path := filepath.Join(dir, tt.path)
-			s, err := LoadKey(dir, keystoreNoPassphrase(t))
+			s, err := Load(dir, noPassphrase(t))
 			if err == nil {
 				s.Close()
-				t.Fatal("LoadKey succeeded")
+				t.Fatal("Load succeeded")
 			}
 			if !strings.Contains(err.Error(), tt.problem) {
 				t.Errorf("error %q does not say %q", err, tt.problem)
 			}
-			var pe *StatePermError
+			var pe *PermError
 			if tt.notPerms {
 				if errors.As(err, &pe) {
-					t.Errorf("unexpected StatePermError %v", err)
+					t.Errorf("unexpected PermError %v", err)
 				}
 				return
 			}
 			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a StatePermError", err)
+				t.Fatalf("error %v is not a PermError", err)
 			}
 			fix := strings.ReplaceAll(tt.fix, "{path}", path)
 			if pe.Path != path || !strings.HasPrefix(pe.Fix, fix) {
@@ -219,32 +219,32 @@ func TestLoadKeyRefusesUnsafeState(t *testing.T) {
 }
 
 func TestLoadKeyAccepts0400AndRewritesMissingPub(t *testing.T) {
-	dir, pub := keystoreTestInit(t, "")
+	dir, pub := testInit(t, "")
 	os.Chmod(filepath.Join(dir, KeyFileName), 0o400)
 	os.Remove(filepath.Join(dir, PublicKeyFileName))
-	s, err := LoadKey(dir, keystoreNoPassphrase(t))
+	s, err := Load(dir, noPassphrase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	got, err := PublicKeyOf(dir)
+	got, err := PublicKey(dir)
 	if err != nil || !got.Equal(pub) {
-		t.Errorf("principal.pub after LoadKey: %x, %v", got, err)
+		t.Errorf("principal.pub after Load: %x, %v", got, err)
 	}
-	if m := keystoreTestMode(t, filepath.Join(dir, PublicKeyFileName)); m != 0o644 {
+	if m := testMode(t, filepath.Join(dir, PublicKeyFileName)); m != 0o644 {
 		t.Errorf("rewritten principal.pub has mode %04o", m)
 	}
 }
 
 func TestKeyEncrypted(t *testing.T) {
 	const pass = "correct horse battery staple"
-	dir, pub := keystoreTestInit(t, pass)
+	dir, pub := testInit(t, pass)
 	data, _ := os.ReadFile(filepath.Join(dir, KeyFileName))
-	if !bytes.HasPrefix(data, []byte(keystoreArmorMagic)) || bytes.Contains(data, []byte("PARLEY-PRINCIPAL-KEY-1")) {
+	if !bytes.HasPrefix(data, []byte(armorMagic)) || bytes.Contains(data, []byte("PARLEY-PRINCIPAL-KEY-1")) {
 		t.Fatalf("key file is not age-armored:\n%s", data)
 	}
-	if got, err := PublicKeyOf(dir); err != nil || !got.Equal(pub) {
-		t.Errorf("PublicKeyOf without passphrase: %x, %v", got, err)
+	if got, err := PublicKey(dir); err != nil || !got.Equal(pub) {
+		t.Errorf("PublicKey without passphrase: %x, %v", got, err)
 	}
 
 	tests := []struct {
@@ -272,10 +272,10 @@ func TestKeyEncrypted(t *testing.T) {
 					return b, err
 				}
 			}
-			s, err := LoadKey(dir, src)
+			s, err := Load(dir, src)
 			if tt.want == "" {
 				if err != nil {
-					t.Fatalf("LoadKey: %v", err)
+					t.Fatalf("Load: %v", err)
 				}
 				defer s.Close()
 				if !s.PublicKey().Equal(pub) {
@@ -291,7 +291,7 @@ func TestKeyEncrypted(t *testing.T) {
 			}
 			if err == nil {
 				s.Close()
-				t.Fatal("LoadKey succeeded")
+				t.Fatal("Load succeeded")
 			}
 			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
 				t.Errorf("error %v is not %v", err, tt.wantErr)
@@ -304,8 +304,8 @@ func TestKeyEncrypted(t *testing.T) {
 }
 
 func TestFileSignerSign(t *testing.T) {
-	dir, pub := keystoreTestInit(t, "")
-	s, err := LoadKey(dir, keystoreNoPassphrase(t))
+	dir, pub := testInit(t, "")
+	s, err := Load(dir, noPassphrase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,8 +343,8 @@ func TestFileSignerSign(t *testing.T) {
 }
 
 func TestFileSignerCloseZeroes(t *testing.T) {
-	dir, _ := keystoreTestInit(t, "")
-	s, err := LoadKey(dir, keystoreNoPassphrase(t))
+	dir, _ := testInit(t, "")
+	s, err := Load(dir, noPassphrase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func TestFileSignerCloseZeroes(t *testing.T) {
 		t.Fatal("key is all zero before Close")
 	}
 	var wiped bool
-	keystoreOnWipe = func(page []byte) {
+	onWipe = func(page []byte) {
 		wiped = true
 		if &page[0] != keyAddr {
 			t.Error("Close wiped another page than the key's")
@@ -362,7 +362,7 @@ func TestFileSignerCloseZeroes(t *testing.T) {
 			t.Error("key page not zeroed by Close")
 		}
 	}
-	defer func() { keystoreOnWipe = nil }()
+	defer func() { onWipe = nil }()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestFileSignerCloseZeroes(t *testing.T) {
 func TestKeystoreParse(t *testing.T) {
 	seed := bytes.Repeat([]byte{7}, 32)
 	pub := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
-	good := string(keystoreMarshal(seed, pub))
+	good := string(marshal(seed, pub))
 	tests := []struct {
 		name, in, err string
 	}{
@@ -396,7 +396,7 @@ func TestKeystoreParse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got [32]byte
-			_, err := keystoreParse([]byte(tt.in), &got)
+			_, err := parse([]byte(tt.in), &got)
 			if tt.err == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -417,16 +417,16 @@ func TestKeystoreParse(t *testing.T) {
 }
 
 // FuzzKeystoreParse checks that the key file parser never panics, never
-// puts key material in an error, and reads back what keystoreMarshal wrote.
+// puts key material in an error, and reads back what marshal wrote.
 func FuzzKeystoreParse(f *testing.F) {
 	seed := bytes.Repeat([]byte{7}, 32)
 	pub := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
-	f.Add(keystoreMarshal(seed, pub))
+	f.Add(marshal(seed, pub))
 	f.Add([]byte("PARLEY-PRINCIPAL-KEY-1 BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc"))
 	f.Add([]byte("# public key: ed25519:x\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var got [32]byte
-		comment, err := keystoreParse(data, &got)
+		comment, err := parse(data, &got)
 		if err != nil {
 			// Errors are fixed sentences with a line number: never input.
 			msg := regexp.MustCompile(`^line \d+: `).ReplaceAllString(err.Error(), "")
@@ -438,9 +438,9 @@ func FuzzKeystoreParse(f *testing.F) {
 			}
 			return
 		}
-		again := keystoreMarshal(got[:], ed25519.NewKeyFromSeed(got[:]).Public().(ed25519.PublicKey))
+		again := marshal(got[:], ed25519.NewKeyFromSeed(got[:]).Public().(ed25519.PublicKey))
 		var seed2 [32]byte
-		if _, err := keystoreParse(again, &seed2); err != nil || seed2 != got {
+		if _, err := parse(again, &seed2); err != nil || seed2 != got {
 			t.Errorf("re-marshalled key does not parse to the same seed: %v", err)
 		}
 		if comment != nil && len(comment) != ed25519.PublicKeySize {

@@ -1,4 +1,4 @@
-package keyd
+package client
 
 import (
 	"bufio"
@@ -18,12 +18,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 )
 
 // Client speaks the daemon protocol over the Unix socket. Requests are
 // multiplexed; every method is safe for concurrent use. Refusals come back as
-// *Error carrying the daemon's stable code.
+// *protocol.Error carrying the daemon's stable code.
 //
 // No goroutine of its own reads the connection. A request waits either for
 // its reply or for the reader token; whoever holds the token reads frames
@@ -43,19 +45,23 @@ type Client struct {
 	closed  error
 	done    chan struct{}
 	manOnce sync.Once
-	man     *Manifest
+	man     *protocol.Manifest
 	manErr  error
 }
 
 type call struct {
-	events func(*Frame)
-	reply  chan *Frame
+	events func(*protocol.Frame)
+	reply  chan *protocol.Frame
 	// fast, when set, decodes a frame in one pass on the guess that it is
 	// this call's final reply, and reports whether the guess held. The
 	// reader tries it on the frames it reads for its own call; a frame it
 	// refuses goes through dispatch.
-	fast func(line []byte) (*Frame, bool)
+	fast func(line []byte) (*protocol.Frame, bool)
 }
+
+// readBuffer is the size of the connection's read buffer: most frames fit,
+// longer ones are gathered in pieces.
+const readBuffer = 4 << 10
 
 // Errors a client meets before the daemon says anything.
 var (
@@ -78,7 +84,7 @@ func Dial(path string) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{nc: nc, calls: map[string]*call{}, done: make(chan struct{}), reader: make(chan struct{}, 1),
-		fr: &clientReader{r: bufio.NewReaderSize(nc, frameReadBuffer)}}
+		fr: &clientReader{r: bufio.NewReaderSize(nc, readBuffer)}}
 	c.reader <- struct{}{}
 	return c, nil
 }
@@ -86,7 +92,7 @@ func Dial(path string) (*Client, error) {
 // Close closes the connection, which withdraws any request still waiting.
 func (c *Client) Close() error { return c.nc.Close() }
 
-// clientReader reads the daemon's frames. Unlike frameReader it keeps a
+// clientReader reads the daemon's frames. Unlike protocol.FrameReader it keeps a
 // partly read frame across a read error, so that a read cut short by a
 // deadline (a request's context ended) loses nothing for the next reader.
 type clientReader struct {
@@ -97,8 +103,8 @@ type clientReader struct {
 func (cr *clientReader) next() ([]byte, error) {
 	for {
 		chunk, err := cr.r.ReadSlice('\n')
-		if len(cr.partial)+len(chunk) > MaxFrame+1 {
-			return nil, errFrameTooLarge
+		if len(cr.partial)+len(chunk) > protocol.MaxFrame+1 {
+			return nil, protocol.ErrFrameTooLarge
 		}
 		if err == nil && len(cr.partial) == 0 {
 			return bytes.TrimRight(chunk, "\r\n"), nil
@@ -119,27 +125,27 @@ func (cr *clientReader) next() ([]byte, error) {
 // dispatch hands one frame to the request it answers. A non-nil error is a
 // refusal of the whole connection, which ends it.
 func (c *Client) dispatch(line []byte) error {
-	var f Frame
+	var f protocol.Frame
 	if json.Unmarshal(line, &f) != nil {
 		return nil
 	}
-	if f.Re == "" && f.Kind == KindError {
+	if f.Re == "" && f.Kind == protocol.KindError {
 		// A refusal of the whole connection (not allowed to connect, too
 		// many connections) or of an unreadable frame.
-		if f.Code == CodeBadFrame {
+		if f.Code == protocol.CodeBadFrame {
 			return nil
 		}
-		return f.err()
+		return f.Err()
 	}
 	c.mu.Lock()
 	cl := c.calls[f.Re]
-	if cl != nil && f.Kind != KindEvent {
+	if cl != nil && f.Kind != protocol.KindEvent {
 		delete(c.calls, f.Re)
 	}
 	c.mu.Unlock()
 	switch {
 	case cl == nil:
-	case f.Kind == KindEvent:
+	case f.Kind == protocol.KindEvent:
 		if cl.events != nil {
 			cl.events(&f)
 		}
@@ -232,17 +238,17 @@ func (c *Client) readFor(ctx context.Context, id string) error {
 }
 
 // Do sends a request frame and waits for its final reply, passing EVENT
-// replies to events as they come. An ERROR reply is returned as *Error.
-func (c *Client) Do(ctx context.Context, f *Frame, events func(*Frame)) (*Frame, error) {
+// replies to events as they come. An ERROR reply is returned as *protocol.Error.
+func (c *Client) Do(ctx context.Context, f *protocol.Frame, events func(*protocol.Frame)) (*protocol.Frame, error) {
 	return c.do(ctx, func(id string) ([]byte, error) {
 		f.ID = id
-		return encodeFrame(f)
+		return protocol.EncodeFrame(f)
 	}, events, nil)
 }
 
 // do is Do for a frame that encode writes, given the request id, with an
 // optional fast decoder for the final reply (see call).
-func (c *Client) do(ctx context.Context, encode func(id string) ([]byte, error), events func(*Frame), fast func(id string, line []byte) (*Frame, bool)) (*Frame, error) {
+func (c *Client) do(ctx context.Context, encode func(id string) ([]byte, error), events func(*protocol.Frame), fast func(id string, line []byte) (*protocol.Frame, bool)) (*protocol.Frame, error) {
 	c.mu.Lock()
 	if c.closed != nil {
 		err := c.closed
@@ -251,9 +257,9 @@ func (c *Client) do(ctx context.Context, encode func(id string) ([]byte, error),
 	}
 	c.next++
 	id := strconv.FormatUint(c.next, 10)
-	cl := &call{events: events, reply: make(chan *Frame, 1)}
+	cl := &call{events: events, reply: make(chan *protocol.Frame, 1)}
 	if fast != nil {
-		cl.fast = func(line []byte) (*Frame, bool) { return fast(id, line) }
+		cl.fast = func(line []byte) (*protocol.Frame, bool) { return fast(id, line) }
 	}
 	c.calls[id] = cl
 	c.mu.Unlock()
@@ -281,7 +287,7 @@ func (c *Client) do(ctx context.Context, encode func(id string) ([]byte, error),
 		c.mu.Lock()
 		cerr := c.closed
 		c.mu.Unlock()
-		var e *Error
+		var e *protocol.Error
 		if errors.As(cerr, &e) {
 			return nil, e
 		}
@@ -296,8 +302,8 @@ func (c *Client) do(ctx context.Context, encode func(id string) ([]byte, error),
 				c.mu.Unlock()
 				return nil, err
 			}
-			if r.Kind == KindError {
-				return nil, r.err()
+			if r.Kind == protocol.KindError {
+				return nil, r.Err()
 			}
 			return r, nil
 		case <-c.reader:
@@ -321,12 +327,12 @@ func (c *Client) forget(id string) {
 }
 
 // Hello returns the daemon's manifest for this caller.
-func (c *Client) Hello(ctx context.Context) (*Manifest, error) {
-	r, err := c.Do(ctx, &Frame{Verb: VerbHello}, nil)
+func (c *Client) Hello(ctx context.Context) (*protocol.Manifest, error) {
+	r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbHello}, nil)
 	if err != nil {
 		return nil, err
 	}
-	var m Manifest
+	var m protocol.Manifest
 	if err := json.Unmarshal(r.Data, &m); err != nil {
 		return nil, fmt.Errorf("parley-keyd sent a malformed manifest: %w", err)
 	}
@@ -341,22 +347,12 @@ func (c *Client) principal(ctx context.Context) (string, error) {
 	return c.man.Principal, nil
 }
 
-// Event is the data of an EVENT the daemon sends while a request waits.
-type Event struct {
-	Message  string   `json:"-"`
-	Request  string   `json:"request"`
-	Code     string   `json:"code"`
-	Channels []string `json:"channels"`
-	Strong   bool     `json:"strong"`
-	Expires  int64    `json:"expires"`
-}
-
-func eventFunc(fn func(Event)) func(*Frame) {
+func eventFunc(fn func(protocol.Event)) func(*protocol.Frame) {
 	if fn == nil {
 		return nil
 	}
-	return func(f *Frame) {
-		var e Event
+	return func(f *protocol.Frame) {
+		var e protocol.Event
 		_ = json.Unmarshal(f.Data, &e)
 		e.Message = f.Message
 		fn(e)
@@ -384,7 +380,7 @@ func (c *Client) proofParties(ctx context.Context, holder crypto.Signer) (princi
 // Grant asks for a root grant to holder's key with caveats, proving that the
 // caller holds the key. It blocks while a human decides; events receive the
 // match code to show.
-func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []grant.Caveat, events func(Event)) (*GrantResult, error) {
+func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []grant.Caveat, events func(protocol.Event)) (*protocol.GrantResult, error) {
 	principal, key, err := c.proofParties(ctx, holder)
 	if err != nil {
 		return nil, err
@@ -396,16 +392,16 @@ func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []gran
 	// body is canonical, so its digest is the SHA-256 of these bytes.
 	sum := sha256.Sum256(body)
 	digest := base64.RawURLEncoding.EncodeToString(sum[:])
-	proof, err := grant.MakeProof(holder, principal, ProofVerbGrant, digest, time.Now().Unix())
+	proof, err := grant.MakeProof(holder, principal, protocol.ProofVerbGrant, digest, time.Now().Unix())
 	if err != nil {
 		return nil, err
 	}
-	var res *GrantResult
+	var res *protocol.GrantResult
 	r, err := c.do(ctx, func(id string) ([]byte, error) { return grantFrame(id, body, &proof) }, eventFunc(events),
-		func(id string, line []byte) (*Frame, bool) {
+		func(id string, line []byte) (*protocol.Frame, bool) {
 			var ok bool
 			res, ok = decodeGrantReply(id, line)
-			return &Frame{Re: id, Kind: KindGrant}, ok
+			return &protocol.Frame{Re: id, Kind: protocol.KindGrant}, ok
 		})
 	if err != nil {
 		return nil, err
@@ -417,14 +413,14 @@ func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []gran
 }
 
 // decodeGrantReply decodes line in one pass if it is the GRANT reply to
-// request id, instead of a Frame first and its data after.
-func decodeGrantReply(id string, line []byte) (*GrantResult, bool) {
+// request id, instead of a protocol.Frame first and its data after.
+func decodeGrantReply(id string, line []byte) (*protocol.GrantResult, bool) {
 	var f struct {
-		Re   string       `json:"re"`
-		Kind string       `json:"kind"`
-		Data *GrantResult `json:"data"`
+		Re   string                `json:"re"`
+		Kind string                `json:"kind"`
+		Data *protocol.GrantResult `json:"data"`
 	}
-	if json.Unmarshal(line, &f) != nil || f.Re != id || f.Kind != KindGrant || f.Data == nil || f.Data.Token == "" {
+	if json.Unmarshal(line, &f) != nil || f.Re != id || f.Kind != protocol.KindGrant || f.Data == nil || f.Data.Token == "" {
 		return nil, false
 	}
 	return f.Data, true
@@ -460,10 +456,10 @@ func canonicalGrantBody(holder string, caveats []grant.Caveat) ([]byte, error) {
 func grantFrame(id string, body []byte, p *grant.Proof) ([]byte, error) {
 	b := make([]byte, 0, len(body)+256)
 	b = append(b, `{"parley":`...)
-	b = strconv.AppendInt(b, Version, 10)
+	b = strconv.AppendInt(b, protocol.Version, 10)
 	b = append(b, `,"id":"`...)
 	b = append(b, id...)
-	b = append(b, `","verb":"`+VerbGrant+`","grant":`...)
+	b = append(b, `","verb":"`+protocol.VerbGrant+`","grant":`...)
 	b = append(b, body...)
 	b = append(b, `,"proof":{"key":"`...)
 	b = append(b, p.Key...)
@@ -472,49 +468,35 @@ func grantFrame(id string, body []byte, p *grant.Proof) ([]byte, error) {
 	b = append(b, `,"sig":"`...)
 	b = append(b, p.Sig...)
 	b = append(b, "\"}}\n"...)
-	if len(b)-1 > MaxFrame {
-		return nil, errFrameTooLarge
+	if len(b)-1 > protocol.MaxFrame {
+		return nil, protocol.ErrFrameTooLarge
 	}
 	return b, nil
 }
 
-func decodeGrantResult(r *Frame) (*GrantResult, error) {
-	var res GrantResult
+func decodeGrantResult(r *protocol.Frame) (*protocol.GrantResult, error) {
+	var res protocol.GrantResult
 	if err := json.Unmarshal(r.Data, &res); err != nil || res.Token == "" {
 		return nil, errors.New("parley-keyd sent a malformed GRANT reply")
 	}
 	return &res, nil
 }
 
-// Explanation is the data of an EXPLAIN reply.
-type Explanation struct {
-	Action   string         `json:"action"`
-	Agent    string         `json:"agent"`
-	Rule     string         `json:"rule"`
-	Reason   string         `json:"reason"`
-	Narrowed []string       `json:"narrowed"`
-	Channels []string       `json:"channels"`
-	Strong   bool           `json:"strong"`
-	Caveats  []grant.Caveat `json:"caveats"`
-	Allows   []string       `json:"allows"`
-	Expires  int64          `json:"expires"`
-}
-
 // Explain asks which rule would decide a grant request and what it would
 // issue. Nothing is signed.
-func (c *Client) Explain(ctx context.Context, holder string, caveats []grant.Caveat) (*Explanation, error) {
+func (c *Client) Explain(ctx context.Context, holder string, caveats []grant.Caveat) (*protocol.Explanation, error) {
 	if caveats == nil {
 		caveats = []grant.Caveat{}
 	}
-	body, err := json.Marshal(GrantBody{Holder: holder, Caveats: caveats})
+	body, err := json.Marshal(protocol.GrantBody{Holder: holder, Caveats: caveats})
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.Do(ctx, &Frame{Verb: VerbExplain, Grant: body}, nil)
+	r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbExplain, Grant: body}, nil)
 	if err != nil {
 		return nil, err
 	}
-	var e Explanation
+	var e protocol.Explanation
 	if err := json.Unmarshal(r.Data, &e); err != nil {
 		return nil, errors.New("parley-keyd sent a malformed EXPLAIN reply")
 	}
@@ -523,20 +505,20 @@ func (c *Client) Explain(ctx context.Context, holder string, caveats []grant.Cav
 
 // Consent asks for a consent grant (§6.6) for the proposal a service sent,
 // given the service's consent object (or its whole ERROR frame).
-func (c *Client) Consent(ctx context.Context, holder crypto.Signer, service string, consent, proposal json.RawMessage, events func(Event)) (*GrantResult, error) {
+func (c *Client) Consent(ctx context.Context, holder crypto.Signer, service string, consent, proposal json.RawMessage, events func(protocol.Event)) (*protocol.GrantResult, error) {
 	principal, key, err := c.proofParties(ctx, holder)
 	if err != nil {
 		return nil, err
 	}
 	var cr grant.ConsentRequest
-	if err := json.Unmarshal(unwrapObject(consent, "consent"), &cr); err != nil || cr.Hash == "" {
+	if err := json.Unmarshal(consentObject(consent), &cr); err != nil || cr.Hash == "" {
 		return nil, errors.New("the consent is not a §6.6 consent object or a consent_required ERROR frame")
 	}
-	proof, err := grant.MakeProof(holder, principal, ProofVerbConsent, cr.Hash, time.Now().Unix())
+	proof, err := grant.MakeProof(holder, principal, protocol.ProofVerbConsent, cr.Hash, time.Now().Unix())
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.Do(ctx, &Frame{Verb: VerbConsent, Service: service, Consent: consent, Proposal: proposal,
+	r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbConsent, Service: service, Consent: consent, Proposal: proposal,
 		Holder: key, Proof: &proof}, eventFunc(events))
 	if err != nil {
 		return nil, err
@@ -545,13 +527,13 @@ func (c *Client) Consent(ctx context.Context, holder crypto.Signer, service stri
 }
 
 // Pending lists the requests waiting for a human.
-func (c *Client) Pending(ctx context.Context) ([]PendingView, error) {
-	r, err := c.Do(ctx, &Frame{Verb: VerbPending}, nil)
+func (c *Client) Pending(ctx context.Context) ([]protocol.PendingView, error) {
+	r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbPending}, nil)
 	if err != nil {
 		return nil, err
 	}
 	var out struct {
-		Pending []PendingView `json:"pending"`
+		Pending []protocol.PendingView `json:"pending"`
 	}
 	if err := json.Unmarshal(r.Data, &out); err != nil {
 		return nil, errors.New("parley-keyd sent a malformed PENDING reply")
@@ -562,24 +544,24 @@ func (c *Client) Pending(ctx context.Context) ([]PendingView, error) {
 // Approve approves request id with the match code shown to the requester.
 // channel is "terminal" or "desktop".
 func (c *Client) Approve(ctx context.Context, id, match, channel string) error {
-	_, err := c.Do(ctx, &Frame{Verb: VerbApprove, Request: id, Match: match, Channel: channel}, nil)
+	_, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbApprove, Request: id, Match: match, Channel: channel}, nil)
 	return err
 }
 
 // Deny denies request id.
 func (c *Client) Deny(ctx context.Context, id, channel string) error {
-	_, err := c.Do(ctx, &Frame{Verb: VerbDeny, Request: id, Channel: channel}, nil)
+	_, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbDeny, Request: id, Channel: channel}, nil)
 	return err
 }
 
 // Watch streams pending requests and their ends until ctx ends or the
 // connection closes. pending receives each waiting request; ended each
 // request that finished, with its outcome.
-func (c *Client) Watch(ctx context.Context, pending func(PendingView), ended func(id, outcome string)) error {
-	_, err := c.Do(ctx, &Frame{Verb: VerbWatch}, func(f *Frame) {
+func (c *Client) Watch(ctx context.Context, pending func(protocol.PendingView), ended func(id, outcome string)) error {
+	_, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbWatch}, func(f *protocol.Frame) {
 		switch f.Message {
 		case "pending":
-			var v PendingView
+			var v protocol.PendingView
 			if json.Unmarshal(f.Data, &v) == nil && pending != nil {
 				pending(v)
 			}
@@ -591,4 +573,17 @@ func (c *Client) Watch(ctx context.Context, pending func(PendingView), ended fun
 		}
 	})
 	return err
+}
+
+// consentObject returns the "consent" member of an ERROR frame, or raw
+// itself when raw is the consent object. The daemon reads the same bytes
+// strictly; the client only needs the hash for its proof.
+func consentObject(raw json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) == nil {
+		if v, ok := m["consent"]; ok {
+			return v
+		}
+	}
+	return raw
 }

@@ -1,4 +1,4 @@
-package keyd
+package client
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
 // TestGrantFrameByHand checks the client's hand-written GRANT request
@@ -32,7 +33,7 @@ func TestGrantFrameByHand(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := GrantDigest(body)
+			want, err := protocol.GrantDigest(body)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,11 +44,11 @@ func TestGrantFrameByHand(t *testing.T) {
 			if cavs == nil {
 				cavs = []grant.Caveat{}
 			}
-			general, err := json.Marshal(GrantBody{Holder: holder, Caveats: cavs})
+			general, err := json.Marshal(protocol.GrantBody{Holder: holder, Caveats: cavs})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d, _ := GrantDigest(general); d != want {
+			if d, _ := protocol.GrantDigest(general); d != want {
 				t.Fatalf("digest %s, the general path's %s", want, d)
 			}
 			proof := grant.Proof{Key: holder, Ts: 1790000000, Sig: base64.RawURLEncoding.EncodeToString(bytes.Repeat([]byte{9}, 64))}
@@ -58,11 +59,11 @@ func TestGrantFrameByHand(t *testing.T) {
 			if bytes.Count(fast, []byte("\n")) != 1 || fast[len(fast)-1] != '\n' {
 				t.Fatalf("frame is not one line: %q", fast)
 			}
-			slow, err := encodeFrame(&Frame{ID: "42", Verb: VerbGrant, Grant: body, Proof: &proof})
+			slow, err := protocol.EncodeFrame(&protocol.Frame{ID: "42", Verb: protocol.VerbGrant, Grant: body, Proof: &proof})
 			if err != nil {
 				t.Fatal(err)
 			}
-			var a, b Frame
+			var a, b protocol.Frame
 			if err := json.Unmarshal(fast, &a); err != nil {
 				t.Fatalf("%v: %s", err, fast)
 			}

@@ -1,4 +1,4 @@
-package keyd
+package peercred
 
 import (
 	"bufio"
@@ -26,7 +26,7 @@ import (
 //
 // Exe and Unit are informative only. They are read from /proc/PID after the
 // connection was accepted, when the process may have exec'd another program
-// or exited and its PID been reused; PeerIdentity checks through a pidfd
+// or exited and its PID been reused; Get checks through a pidfd
 // (SO_PEERPIDFD) that the connecting process was still alive after reading
 // them and leaves them empty otherwise, but a live process can still exec.
 // Exe is empty when the daemon may not read another user's /proc/PID/exe.
@@ -47,11 +47,6 @@ type Identity struct {
 	Unit     string
 }
 
-// AuditCaller returns the fields of id that go into an audit record.
-func (id Identity) AuditCaller() *AuditCaller {
-	return &AuditCaller{UID: id.UID, GID: id.GID, PID: id.PID, User: id.User, Exe: id.Exe, Unit: id.Unit}
-}
-
 // String returns "user (uid 1000, pid 4242)" for messages.
 func (id Identity) String() string {
 	return fmt.Sprintf("%s (uid %d, pid %d)", id.User, id.UID, id.PID)
@@ -67,15 +62,15 @@ func (id Identity) InGroup(gid uint32) bool {
 	return false
 }
 
-// peerMaxGroups caps the supplementary groups read from the kernel
+// maxGroups caps the supplementary groups read from the kernel
 // (NGROUPS_MAX on Linux).
-const peerMaxGroups = 65536
+const maxGroups = 65536
 
-// PeerIdentity returns the identity of the process at the other end of c,
+// Get returns the identity of the process at the other end of c,
 // as the kernel reports it. It fails only when the kernel's credentials
 // cannot be read; the informative fields are left empty when their source
 // cannot be read.
-func PeerIdentity(c *net.UnixConn) (Identity, error) {
+func Get(c *net.UnixConn) (Identity, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return Identity{}, fmt.Errorf("peer credentials: %w", err)
@@ -92,7 +87,7 @@ func PeerIdentity(c *net.UnixConn) (Identity, error) {
 		if credErr != nil {
 			return
 		}
-		groups, groupsErr = peerGroups(int(fd))
+		groups, groupsErr = socketGroups(int(fd))
 		if n, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
 			pidfd = n
 		}
@@ -108,7 +103,7 @@ func PeerIdentity(c *net.UnixConn) (Identity, error) {
 	}
 
 	id := Identity{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}
-	id.User = peerUserName(cred.Uid)
+	id.User = userName(cred.Uid)
 
 	// Informative fields from /proc. The PID is 0 when the peer lives in
 	// another PID namespace; then there is nothing to read.
@@ -119,14 +114,14 @@ func PeerIdentity(c *net.UnixConn) (Identity, error) {
 		dir := "/proc/" + strconv.Itoa(int(cred.Pid))
 		exe, _ = os.Readlink(dir + "/exe")
 		if data, err := os.ReadFile(dir + "/cgroup"); err == nil {
-			unit = peerUnitFromCgroup(data)
+			unit = unitFromCgroup(data)
 		}
 		if groupsErr != nil {
-			procGroups, procOK = peerStatusGroups(dir+"/status", cred.Uid)
+			procGroups, procOK = statusGroups(dir+"/status", cred.Uid)
 		}
 		// PID reuse: if the connecting process died and its PID went to
 		// another process, what we just read describes that other process.
-		if !peerStillAlive(pidfd, dir, cred.Uid) {
+		if !stillAlive(pidfd, dir, cred.Uid) {
 			exe, unit, procGroups, procOK = "", "", nil, false
 		}
 	}
@@ -146,13 +141,13 @@ func PeerIdentity(c *net.UnixConn) (Identity, error) {
 		}
 	}
 	for _, g := range id.GroupIDs {
-		id.Groups = append(id.Groups, peerGroupName(g))
+		id.Groups = append(id.Groups, groupName(g))
 	}
 	return id, nil
 }
 
-// peerGroups reads the peer's supplementary groups with SO_PEERGROUPS.
-func peerGroups(fd int) ([]uint32, error) {
+// socketGroups reads the peer's supplementary groups with SO_PEERGROUPS.
+func socketGroups(fd int) ([]uint32, error) {
 	n := 64
 	for {
 		buf := make([]uint32, n)
@@ -162,7 +157,7 @@ func peerGroups(fd int) ([]uint32, error) {
 		switch {
 		case errno == 0:
 			return buf[:size/4], nil
-		case errno == unix.ERANGE && int(size/4) > n && size/4 <= peerMaxGroups:
+		case errno == unix.ERANGE && int(size/4) > n && size/4 <= maxGroups:
 			n = int(size / 4)
 		default:
 			return nil, errno
@@ -170,11 +165,11 @@ func peerGroups(fd int) ([]uint32, error) {
 	}
 }
 
-// peerStillAlive reports whether the process that connected still exists,
+// stillAlive reports whether the process that connected still exists,
 // so that what was read from /proc described it. With a pidfd the answer is
 // exact; without one (kernels before 6.5), it only checks that the process
 // now at dir has the peer's uid.
-func peerStillAlive(pidfd int, dir string, uid uint32) bool {
+func stillAlive(pidfd int, dir string, uid uint32) bool {
 	if pidfd >= 0 {
 		err := unix.PidfdSendSignal(pidfd, 0, nil, 0)
 		// EPERM: the process exists but belongs to another user.
@@ -184,26 +179,26 @@ func peerStillAlive(pidfd int, dir string, uid uint32) bool {
 	if err != nil {
 		return false
 	}
-	euid, ok := peerStatusField(data, "Uid:", 1)
+	euid, ok := statusField(data, "Uid:", 1)
 	return ok && euid == uid
 }
 
-// peerStatusGroups reads the "Groups:" line of /proc/PID/status, the
+// statusGroups reads the "Groups:" line of /proc/PID/status, the
 // fallback when SO_PEERGROUPS is not available. It reports false when the
 // file cannot be read or belongs to a process with another effective uid.
-func peerStatusGroups(path string, uid uint32) ([]uint32, bool) {
+func statusGroups(path string, uid uint32) ([]uint32, bool) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, false
 	}
-	if euid, ok := peerStatusField(data, "Uid:", 1); !ok || euid != uid {
+	if euid, ok := statusField(data, "Uid:", 1); !ok || euid != uid {
 		return nil, false
 	}
-	return peerParseStatusGroups(data)
+	return parseStatusGroups(data)
 }
 
-// peerStatusField returns the index-th number of the status line key.
-func peerStatusField(status []byte, key string, index int) (uint32, bool) {
+// statusField returns the index-th number of the status line key.
+func statusField(status []byte, key string, index int) (uint32, bool) {
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
 		line := sc.Text()
@@ -219,7 +214,7 @@ func peerStatusField(status []byte, key string, index int) (uint32, bool) {
 	return 0, false
 }
 
-func peerParseStatusGroups(status []byte) ([]uint32, bool) {
+func parseStatusGroups(status []byte) ([]uint32, bool) {
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
 		rest, ok := strings.CutPrefix(sc.Text(), "Groups:")
@@ -239,10 +234,10 @@ func peerParseStatusGroups(status []byte) ([]uint32, bool) {
 	return nil, false
 }
 
-// peerUnitFromCgroup returns the innermost systemd unit named in the
+// unitFromCgroup returns the innermost systemd unit named in the
 // unified (cgroup v2) line of /proc/PID/cgroup, or in the name=systemd line
 // of cgroup v1. Path elements that are not valid unit names are ignored.
-func peerUnitFromCgroup(data []byte) string {
+func unitFromCgroup(data []byte) string {
 	var path string
 	for _, line := range strings.Split(string(data), "\n") {
 		if p, ok := strings.CutPrefix(line, "0::"); ok {
@@ -256,17 +251,17 @@ func peerUnitFromCgroup(data []byte) string {
 	elems := strings.Split(path, "/")
 	for i := len(elems) - 1; i >= 0; i-- {
 		e := elems[i]
-		if (strings.HasSuffix(e, ".service") || strings.HasSuffix(e, ".scope")) && peerValidUnitName(e) {
+		if (strings.HasSuffix(e, ".service") || strings.HasSuffix(e, ".scope")) && validUnitName(e) {
 			return e
 		}
 	}
 	return ""
 }
 
-// peerValidUnitName reports whether s uses only the characters systemd
+// validUnitName reports whether s uses only the characters systemd
 // allows in unit names; cgroup names below a user's delegated subtree can
 // be anything, including terminal escapes.
-func peerValidUnitName(s string) bool {
+func validUnitName(s string) bool {
 	if len(s) == 0 || len(s) > 255 {
 		return false
 	}
@@ -281,7 +276,7 @@ func peerValidUnitName(s string) bool {
 	return true
 }
 
-func peerUserName(uid uint32) string {
+func userName(uid uint32) string {
 	s := strconv.FormatUint(uint64(uid), 10)
 	if u, err := user.LookupId(s); err == nil {
 		return u.Username
@@ -289,7 +284,7 @@ func peerUserName(uid uint32) string {
 	return s
 }
 
-func peerGroupName(gid uint32) string {
+func groupName(gid uint32) string {
 	s := strconv.FormatUint(uint64(gid), 10)
 	if g, err := user.LookupGroupId(s); err == nil {
 		return g.Name

@@ -1,4 +1,4 @@
-package keyd
+package peercred
 
 import (
 	"bufio"
@@ -19,8 +19,8 @@ import (
 )
 
 const (
-	peerTestAgent = "parley-test-agent"
-	peerTestOther = "parley-test-other"
+	testAgent = "parley-test-agent"
+	testOther = "parley-test-other"
 )
 
 // TestPeerHelperProcess is not a test: it is the program a peer test runs
@@ -48,8 +48,8 @@ func TestPeerHelperProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-// peerTestListen listens on a socket in dir that every user may connect to.
-func peerTestListen(t *testing.T, dir string) (*net.UnixListener, string) {
+// testListen listens on a socket in dir that every user may connect to.
+func testListen(t *testing.T, dir string) (*net.UnixListener, string) {
 	t.Helper()
 	path := filepath.Join(dir, "peer.sock")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
@@ -63,10 +63,10 @@ func peerTestListen(t *testing.T, dir string) (*net.UnixListener, string) {
 	return ln, path
 }
 
-// peerTestAccept accepts one connection and reads the client's hello, with
+// testAccept accepts one connection and reads the client's hello, with
 // a deadline so a helper that cannot connect fails the test instead of
 // hanging it.
-func peerTestAccept(t *testing.T, ln *net.UnixListener) *net.UnixConn {
+func testAccept(t *testing.T, ln *net.UnixListener) *net.UnixConn {
 	t.Helper()
 	ln.SetDeadline(time.Now().Add(20 * time.Second))
 	c, err := ln.AcceptUnix()
@@ -82,17 +82,17 @@ func peerTestAccept(t *testing.T, ln *net.UnixListener) *net.UnixConn {
 	return c
 }
 
-func TestPeerIdentitySelf(t *testing.T) {
-	ln, path := peerTestListen(t, t.TempDir())
+func TestGetSelf(t *testing.T) {
+	ln, path := testListen(t, t.TempDir())
 	client, err := net.Dial("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer client.Close()
 	client.Write([]byte("hello\n"))
-	c := peerTestAccept(t, ln)
+	c := testAccept(t, ln)
 
-	id, err := PeerIdentity(c)
+	id, err := Get(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestPeerIdentitySelf(t *testing.T) {
 	cg, _ := os.ReadFile("/proc/self/cgroup")
 	want := Identity{
 		UID: uint32(os.Geteuid()), GID: uint32(os.Getegid()), PID: int32(os.Getpid()),
-		User: me.Username, Exe: exe, Unit: peerUnitFromCgroup(cg),
+		User: me.Username, Exe: exe, Unit: unitFromCgroup(cg),
 	}
 	wantGroups := []uint32{uint32(os.Getegid())}
 	others, _ := os.Getgroups()
@@ -124,14 +124,14 @@ func TestPeerIdentitySelf(t *testing.T) {
 	}
 }
 
-// TestPeerIdentityOtherUser connects from a process running as a real
+// TestGetOtherUser connects from a process running as a real
 // second OS user, with a supplementary group, and checks that the kernel's
-// view of it is what PeerIdentity reports.
-func TestPeerIdentityOtherUser(t *testing.T) {
+// view of it is what Get reports.
+func TestGetOtherUser(t *testing.T) {
 	testpeer.RequirePeers(t)
-	uid, gid := testpeer.EnsureUser(t, peerTestAgent)
-	_, otherGID := testpeer.EnsureUser(t, peerTestOther)
-	ln, path := peerTestListen(t, testpeer.SharedDir(t))
+	uid, gid := testpeer.EnsureUser(t, testAgent)
+	_, otherGID := testpeer.EnsureUser(t, testOther)
+	ln, path := testListen(t, testpeer.SharedDir(t))
 
 	cmd := testpeer.Helper(t, uid, gid, []uint32{otherGID}, "TestPeerHelperProcess", "PARLEY_PEER_HELPER=connect:"+path)
 	var stderr strings.Builder
@@ -139,8 +139,8 @@ func TestPeerIdentityOtherUser(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := peerTestAccept(t, ln)
-	id, err := PeerIdentity(c)
+	c := testAccept(t, ln)
+	id, err := Get(c)
 	c.Close()
 	if werr := cmd.Wait(); werr != nil {
 		t.Errorf("helper: %v: %s", werr, stderr.String())
@@ -151,8 +151,8 @@ func TestPeerIdentityOtherUser(t *testing.T) {
 
 	want := Identity{
 		UID: uid, GID: gid, PID: int32(cmd.Process.Pid),
-		User:     peerTestAgent,
-		Groups:   []string{peerTestAgent, peerTestOther},
+		User:     testAgent,
+		Groups:   []string{testAgent, testOther},
 		GroupIDs: []uint32{gid, otherGID},
 		Exe:      testpeer.Binary(t),
 		Unit:     id.Unit, // depends on where the tests run
@@ -165,29 +165,29 @@ func TestPeerIdentityOtherUser(t *testing.T) {
 	}
 }
 
-// TestPeerIdentityGonePeer checks that a peer that exited before it was
+// TestGetGonePeer checks that a peer that exited before it was
 // identified keeps its kernel credentials and loses its informative fields:
 // nothing is read from a PID that may now be another process's.
-func TestPeerIdentityGonePeer(t *testing.T) {
+func TestGetGonePeer(t *testing.T) {
 	testpeer.RequirePeers(t)
-	uid, gid := testpeer.EnsureUser(t, peerTestAgent)
-	ln, path := peerTestListen(t, testpeer.SharedDir(t))
+	uid, gid := testpeer.EnsureUser(t, testAgent)
+	ln, path := testListen(t, testpeer.SharedDir(t))
 
 	cmd := testpeer.Helper(t, uid, gid, nil, "TestPeerHelperProcess", "PARLEY_PEER_HELPER=connect-exit:"+path)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := peerTestAccept(t, ln)
+	c := testAccept(t, ln)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("helper: %v", err)
 	}
-	id, err := PeerIdentity(c)
+	id, err := Get(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Identity{
 		UID: uid, GID: gid, PID: int32(cmd.Process.Pid),
-		User: peerTestAgent, Groups: []string{peerTestAgent}, GroupIDs: []uint32{gid},
+		User: testAgent, Groups: []string{testAgent}, GroupIDs: []uint32{gid},
 	}
 	if diff := cmp.Diff(want, id); diff != "" {
 		t.Errorf("identity (-want +got):\n%s", diff)
@@ -212,7 +212,7 @@ func TestPeerUnitFromCgroup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := peerUnitFromCgroup([]byte(tt.in)); got != tt.want {
+			if got := unitFromCgroup([]byte(tt.in)); got != tt.want {
 				t.Errorf("got %q, want %q", got, tt.want)
 			}
 		})
@@ -221,17 +221,17 @@ func TestPeerUnitFromCgroup(t *testing.T) {
 
 func TestPeerParseStatus(t *testing.T) {
 	status := "Name:\tagent\nUid:\t1000\t1001\t1000\t1000\nGid:\t100\t100\t100\t100\nGroups:\t4 24 27 \n"
-	groups, ok := peerParseStatusGroups([]byte(status))
+	groups, ok := parseStatusGroups([]byte(status))
 	if !ok || !cmp.Equal(groups, []uint32{4, 24, 27}) {
 		t.Errorf("groups %v, %v", groups, ok)
 	}
-	if euid, ok := peerStatusField([]byte(status), "Uid:", 1); !ok || euid != 1001 {
+	if euid, ok := statusField([]byte(status), "Uid:", 1); !ok || euid != 1001 {
 		t.Errorf("effective uid %d, %v; want 1001", euid, ok)
 	}
-	if _, ok := peerParseStatusGroups([]byte("Groups:\tx\n")); ok {
+	if _, ok := parseStatusGroups([]byte("Groups:\tx\n")); ok {
 		t.Error("bad Groups line accepted")
 	}
-	if g, ok := peerParseStatusGroups([]byte("Groups:\n")); !ok || len(g) != 0 {
+	if g, ok := parseStatusGroups([]byte("Groups:\n")); !ok || len(g) != 0 {
 		t.Errorf("empty Groups line: %v, %v", g, ok)
 	}
 }
@@ -264,7 +264,7 @@ func TestPeerStillAlive(t *testing.T) {
 		cmd, pidfd, stdin := start(t)
 		defer cmd.Wait()
 		defer stdin.Close()
-		if !peerStillAlive(pidfd, "/proc/"+strconv.Itoa(cmd.Process.Pid), me) {
+		if !stillAlive(pidfd, "/proc/"+strconv.Itoa(cmd.Process.Pid), me) {
 			t.Error("live process reported gone")
 		}
 	})
@@ -272,22 +272,22 @@ func TestPeerStillAlive(t *testing.T) {
 		cmd, pidfd, stdin := start(t)
 		stdin.Close()
 		cmd.Wait()
-		if peerStillAlive(pidfd, "/proc/self", me) {
+		if stillAlive(pidfd, "/proc/self", me) {
 			t.Error("exited process reported alive")
 		}
 	})
 	t.Run("ok/no-pidfd-same-uid", func(t *testing.T) {
-		if !peerStillAlive(-1, "/proc/self", me) {
+		if !stillAlive(-1, "/proc/self", me) {
 			t.Error("fallback refused a live process of the same uid")
 		}
 	})
 	t.Run("fail/no-pidfd-other-uid", func(t *testing.T) {
-		if peerStillAlive(-1, "/proc/self", me+1) {
+		if stillAlive(-1, "/proc/self", me+1) {
 			t.Error("fallback accepted a process of another uid")
 		}
 	})
 	t.Run("fail/no-pidfd-gone", func(t *testing.T) {
-		if peerStillAlive(-1, "/proc/0", me) {
+		if stillAlive(-1, "/proc/0", me) {
 			t.Error("fallback accepted a missing process")
 		}
 	})
@@ -299,8 +299,8 @@ func FuzzPeerUnitFromCgroup(f *testing.F) {
 	f.Add([]byte("0::/user.slice/user-1000.slice/user@1000.service/app.slice/agent.service\n"))
 	f.Add([]byte("1:name=systemd:/system.slice/cron.service\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		u := peerUnitFromCgroup(data)
-		if u != "" && (!peerValidUnitName(u) || !(strings.HasSuffix(u, ".service") || strings.HasSuffix(u, ".scope"))) {
+		u := unitFromCgroup(data)
+		if u != "" && (!validUnitName(u) || !(strings.HasSuffix(u, ".service") || strings.HasSuffix(u, ".scope"))) {
 			t.Errorf("unit %q", u)
 		}
 	})
