@@ -480,9 +480,12 @@ func (s *Signer) unavailable(err error) error {
 	return signer.Unavailable(signer.Transit, retryDown, err)
 }
 
-// Check reads the key from the service within ctx and returns nil when the
-// pinned version is still principal.pub and not exportable.
+// Check reads the key from the service within ctx and the signing deadline,
+// and returns nil when the pinned version is still principal.pub and not
+// exportable.
 func (s *Signer) Check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout.Duration)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return err
 	}
