@@ -346,3 +346,58 @@ type Backend interface {
 	Health
 	Close() error
 }
+
+// Template returns a commented [key] table for backend, which init appends
+// to a new config.toml. The remote backends' tables need the admin's
+// values before the daemon can start.
+func Template(backend string) string {
+	switch backend {
+	case Transit:
+		return `
+[key]
+# Where the principal key lives: "file" (principal.key in the state folder),
+# "transit" (OpenBao or Vault) or "pkcs11" (an HSM). docs/key-service.md.
+backend = "transit"
+
+[key.transit]
+# The cluster's nodes, tried in turn.
+addresses = ["https://bao.example:8200"]
+mount = "transit"
+name = "parley-principal"
+# The key version that signs; 0 pins the latest version at start.
+version = 0
+# The CA of the servers' certificates (empty: the system's roots).
+ca_file = ""
+# A token file, or AppRole (role_id_file and secret_id_file). A relative
+# name is a systemd credential (LoadCredentialEncrypted= in the unit).
+token_file = "bao-token"
+# role_id_file = "bao-role-id"
+# secret_id_file = "bao-secret-id"
+# The deadline of one signature, across all addresses.
+timeout = "3s"
+`
+	case PKCS11:
+		return `
+[key]
+# Where the principal key lives: "file" (principal.key in the state folder),
+# "transit" (OpenBao or Vault) or "pkcs11" (an HSM). docs/key-service.md.
+backend = "pkcs11"
+
+[key.pkcs11]
+module = "/usr/lib/softhsm/libsofthsm2.so"
+token = "parley"
+key = "parley-principal"
+# The user PIN. A relative name is a systemd credential.
+pin_file = "hsm-pin"
+# Signatures made at once, and the deadline of one.
+sessions = 4
+timeout = "2s"
+`
+	}
+	return `
+[key]
+# Where the principal key lives: "file" (principal.key in the state folder),
+# "transit" (OpenBao or Vault) or "pkcs11" (an HSM). docs/key-service.md.
+backend = "file"
+`
+}
