@@ -62,6 +62,7 @@ type options struct {
 	duration                                    time.Duration
 	verifyTime                                  string
 	verify                                      bool
+	signers                                     string
 }
 
 // Figures is everything one run measured; -json writes it.
@@ -96,6 +97,8 @@ type Figures struct {
 	// write and fsync during the throughput run: the records of one group
 	// commit share their time stamp.
 	AuditBatch float64
+	// Signers are the GRANT figures through each key backend (-signers).
+	Signers []signerRow `json:",omitempty"`
 }
 
 func run() error {
@@ -113,6 +116,7 @@ func run() error {
 	flag.IntVar(&o.conns, "conns", 1000, "idle connections for the memory figure")
 	flag.StringVar(&o.verifyTime, "verify-benchtime", "1s", "-benchtime of grant's verification benchmarks")
 	flag.BoolVar(&o.verify, "verify", true, "run grant's verification benchmarks")
+	flag.StringVar(&o.signers, "signers", "", `key backends too: "also" after the main figures, "only" for them alone (needs SoftHSM2)`)
 	flag.Parse()
 
 	sshBin, err := exec.LookPath(o.sshAgentBin)
@@ -140,6 +144,11 @@ func run() error {
 		if bin, err = buildKeyd(dir); err != nil {
 			return err
 		}
+	}
+	if o.signers == "only" {
+		rows, err := measureSigners(o, bin, dir)
+		reportSigners(os.Stdout, rows)
+		return err
 	}
 	state, sock, err := initState(bin, dir)
 	if err != nil {
@@ -247,10 +256,17 @@ func run() error {
 			return err
 		}
 	}
+	if o.signers == "also" {
+		step("key backends")
+		if fig.Signers, err = measureSigners(o, bin, dir); err != nil {
+			return err
+		}
+	}
 	fig.LatencyRatio = float64(fig.SSHLatency.P50) / float64(fig.KeydLatency.P50)
 	fig.ThroughputRatio = fig.KeydThroughput.PerSec / fig.SSHThroughput.PerSec
 
 	report(os.Stdout, &fig)
+	reportSigners(os.Stdout, fig.Signers)
 	if o.jsonOut != "" {
 		b, err := json.MarshalIndent(&fig, "", "  ")
 		if err != nil {
