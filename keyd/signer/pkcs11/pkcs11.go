@@ -364,13 +364,31 @@ func (s *Signer) Describe() signer.Description {
 }
 
 // Close closes the sessions and, when no other signer of the process uses
-// the module, finalizes it. Calls still running finish first.
+// the module, finalizes it. Calls still running get their deadline to
+// finish; a module that hangs beyond that is left as it is, so that Close
+// itself never hangs.
 func (s *Signer) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
+		t := time.NewTimer(s.cfg.Timeout.Duration)
+		defer t.Stop()
 		for i := 0; i < s.cfg.Sessions; i++ {
-			if ss := <-s.pool; ss != nil {
-				s.ctx.CloseSession(ss.h)
+			select {
+			case ss := <-s.pool:
+				if ss != nil {
+					s.ctx.CloseSession(ss.h)
+				}
+			case <-t.C:
+				s.logf("pkcs11: token %q: calls still running at close; the module is released when they return", s.cfg.Token)
+				go func(left int) {
+					for ; left > 0; left-- {
+						if ss := <-s.pool; ss != nil {
+							s.ctx.CloseSession(ss.h)
+						}
+					}
+					releaseModule(s.cfg.Module)
+				}(s.cfg.Sessions - i)
+				return
 			}
 		}
 		releaseModule(s.cfg.Module)

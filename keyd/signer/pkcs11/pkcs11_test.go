@@ -312,6 +312,17 @@ func TestDeadline(t *testing.T) {
 		t.Fatalf("Sign took %v with a 200ms deadline", d)
 	}
 	wantUnavailable(t, s.Check(context.Background()), "busy")
+	// Close does not wait for a hung call beyond the deadline.
+	hung := h.open(pub)
+	go hung.call(context.Background(), func(*session) error { <-release; return nil })
+	t1 := time.Now()
+	for len(hung.pool) == h.cfg.Sessions {
+		time.Sleep(time.Millisecond) // until the call holds its session
+	}
+	hung.Close()
+	if d := time.Since(t1); d > 5*time.Second {
+		t.Fatalf("Close took %v with a call hung", d)
+	}
 	close(release)
 	// The sessions come back; signing resumes.
 	deadline := time.Now().Add(10 * time.Second)
@@ -322,6 +333,20 @@ func TestDeadline(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("signing did not resume after the calls returned")
 		}
+	}
+	// Once every call has returned, the module is finalized.
+	s.Close()
+	for {
+		modules.Lock()
+		n := len(modules.m)
+		modules.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the module stayed loaded after every signer closed")
+		}
+		time.Sleep(time.Millisecond) // the hung call's session returns in the background
 	}
 }
 
