@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -233,6 +234,10 @@ func (d *Daemon) Reload() error {
 	}
 	d.swap(cfg, pol)
 	d.logf("reloaded %s and %s", old.path, cfg.PolicyPath())
+	if !reflect.DeepEqual(old.Key, cfg.Key) {
+		// The signer is opened once, at start (docs/key-service.md).
+		d.logf("the [key] table changed; the signer in use stays until the daemon restarts")
+	}
 	d.auditBestEffort(audit.Record{Kind: audit.KindPolicyReload, Decision: "loaded", Message: cfg.PolicyPath()})
 	return nil
 }

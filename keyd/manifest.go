@@ -1,10 +1,14 @@
 package keyd
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 
 var manifestVerbs = []protocol.ManifestVerb{
@@ -45,6 +49,7 @@ func (c *conn) hello(f *protocol.Frame) (*protocol.Frame, error) {
 	}
 	if r.Approver {
 		m.Caller.Roles = append(m.Caller.Roles, "approver")
+		m.Key = c.keyStatus()
 	}
 	for _, v := range manifestVerbs {
 		if v.Role == "any" || (v.Role == "agent" && r.Agent) || (v.Role == "approver" && r.Approver) {
@@ -71,4 +76,26 @@ func (s *Server) channels() []string {
 		ch = append(ch, "phone")
 	}
 	return ch
+}
+
+// keyCheckTimeout bounds the health check behind an approver's HELLO.
+const keyCheckTimeout = 5 * time.Second
+
+// keyStatus describes the signer and checks, within keyCheckTimeout, that it
+// answers, when the signer can tell (the backends of keyd/signer can).
+func (c *conn) keyStatus() *protocol.ManifestKey {
+	h, ok := c.s.signer.(signer.Health)
+	if !ok {
+		return nil
+	}
+	d := h.Describe()
+	k := &protocol.ManifestKey{Backend: d.Backend, Key: d.Key, Version: d.Version, Answers: true}
+	ctx, cancel := context.WithTimeout(c.ctx, keyCheckTimeout)
+	defer cancel()
+	if err := h.Check(ctx); err != nil {
+		var u *signer.UnavailableError
+		k.Answers = !errors.As(err, &u)
+		k.Problem = boundedString(err.Error(), 500)
+	}
+	return k
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/signer"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
@@ -279,7 +281,7 @@ func (c *conn) rateLimit(pol *policies.Policy, agent string) error {
 
 // grantVerb runs the pipeline for an attenuated root grant:
 // validate → decide → (approve) → sign → audit → reply.
-func (c *conn) grantVerb(f *protocol.Frame) (*protocol.Frame, error) {
+func (c *conn) grantVerb(f *protocol.Frame) (_ *protocol.Frame, failed error) {
 	if err := c.requireAgent(f.Verb); err != nil {
 		return nil, err
 	}
@@ -325,6 +327,7 @@ func (c *conn) grantVerb(f *protocol.Frame) (*protocol.Frame, error) {
 			c.s.auditBestEffort(rec)
 			return nil, err
 		}
+		defer func() { a.settle(failed) }()
 		// The human approved what the policy in force then decided. If the
 		// policy was reloaded meanwhile, that decision may no longer hold:
 		// fail closed and let the agent ask again.
@@ -355,7 +358,7 @@ func (c *conn) grantVerb(f *protocol.Frame) (*protocol.Frame, error) {
 	}
 	tok, err := grant.Issue(c.s.signer, holder, cavs, now, nonce)
 	if err != nil {
-		return fail(err)
+		return c.signFailed(rec, err)
 	}
 	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), d.Grant.Exp
 	if len(d.Narrowed) > 0 {
@@ -365,6 +368,30 @@ func (c *conn) grantVerb(f *protocol.Frame) (*protocol.Frame, error) {
 		return nil, err
 	}
 	return grantReply(tok, cavs, d.Grant.Exp, rec, d.Narrowed)
+}
+
+// signFailed records a grant the signer could not sign, with the signer's
+// detail in the audit record and the daemon's log, and answers the agent. A
+// key service that is down, slow or refusing (signer.UnavailableError) is
+// "unavailable" with a retry hint: the request may succeed later, and the
+// daemon stays up. The agent is not told the key service's addresses.
+func (c *conn) signFailed(rec audit.Record, err error) (*protocol.Frame, error) {
+	rec.Kind, rec.Message = audit.KindError, "signing failed: "+boundedString(err.Error(), 1000)
+	c.s.auditBestEffort(rec)
+	c.s.logf("signing %s failed: %v", rec.RequestID, err)
+	var u *signer.UnavailableError
+	if errors.As(err, &u) {
+		return nil, &protocol.Error{Code: protocol.CodeUnavailable, Message: "the key service did not answer, so no grant was issued",
+			Fix: "ask again later; an approver sees the key service's state with: parley-grant status", Retry: u.RetrySeconds()}
+	}
+	return nil, err
+}
+
+func boundedString(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
 
 func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec audit.Record, narrowed []string) (*protocol.Frame, error) {
@@ -502,7 +529,7 @@ func unwrapObject(raw json.RawMessage, key string) json.RawMessage {
 // daemon recomputes the proposal hash and checks id, service, capability and
 // expiry before anything is shown to a human; a mismatch is refused and never
 // queued.
-func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
+func (c *conn) consent(f *protocol.Frame) (_ *protocol.Frame, failed error) {
 	if err := c.requireAgent(f.Verb); err != nil {
 		return nil, err
 	}
@@ -578,6 +605,7 @@ func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
 		c.s.auditBestEffort(rec)
 		return nil, err
 	}
+	defer func() { a.settle(failed) }()
 	if c.s.policy.Load() != pol {
 		return fail(&protocol.Error{Code: protocol.CodeConflict, Message: "the policy was reloaded while the request waited; ask again"})
 	}
@@ -597,7 +625,7 @@ func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
 	now = c.s.now().Unix()
 	tok, err := grant.IssueConsent(c.s.signer, holder, cr, now, nonce)
 	if err != nil {
-		return fail(err)
+		return c.signFailed(rec, err)
 	}
 	cavs := grant.ConsentCaveats(f.Service, prop.Capability, cr.Hash, exp)
 	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), exp

@@ -12,13 +12,10 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
-	"github.com/parley-keyd/parley-keyd/keyd/keystore"
-
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 )
 
 func newServeCmd() *cobra.Command {
@@ -64,27 +61,13 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	if cfg.Socket == "" {
 		cfg.Socket = protocol.DefaultSocket
 	}
-	signer, err := keystore.Load(state, func() ([]byte, error) {
-		if passFile != "" {
-			return readPassphraseFile(passFile)
-		}
-		if !term.IsTerminal(int(os.Stdin.Fd())) {
-			return nil, errors.New("the key is encrypted: pass --passphrase-file or run on a terminal")
-		}
-		fmt.Fprint(os.Stderr, "parley-keyd: passphrase for the principal key: ")
-		p, err := term.ReadPassword(int(os.Stdin.Fd()))
-		fmt.Fprintln(os.Stderr)
-		return p, err
-	})
+	signer, err := openSigner(cfg, state, passFile, logger)
 	if err != nil {
 		return err
 	}
 	defer signer.Close()
-	if err := signer.MlockError(); err != nil {
-		logger.Printf("warning: could not lock the key in memory (it may reach swap): %v", err)
-	}
 
-	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, Logf: logger.Printf})
+	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, SignerInfo: signer.Describe().String(), Logf: logger.Printf})
 	var pe *keyd.PolicyError
 	switch {
 	case errors.As(err, &pe):
@@ -112,7 +95,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	if err != nil {
 		return err
 	}
-	logger.Printf("listening on %s; principal %s", ln.Addr(), d.Principal())
+	logger.Printf("listening on %s; principal %s; signer %s", ln.Addr(), d.Principal(), signer.Describe())
 	stopPhone, err := startPhone(d.Server, cfg, state, logger.Printf)
 	if err != nil {
 		ln.Close()

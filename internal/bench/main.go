@@ -79,6 +79,7 @@ type options struct {
 	duration                                    time.Duration
 	verifyTime                                  string
 	verify                                      bool
+	signers                                     string
 }
 
 // The bench's own systems.
@@ -124,6 +125,8 @@ type Figures struct {
 	// write and fsync during the throughput runs with client.Client: the
 	// records of one group commit share their time stamp.
 	AuditBatch float64
+	// Signers are the GRANT figures through each key backend (-signers).
+	Signers []signerRow `json:",omitempty"`
 }
 
 func run() error {
@@ -143,6 +146,7 @@ func run() error {
 	flag.IntVar(&o.conns, "conns", 1000, "idle connections for the memory figure")
 	flag.StringVar(&o.verifyTime, "verify-benchtime", "1s", "-benchtime of grant's verification benchmarks")
 	flag.BoolVar(&o.verify, "verify", true, "run grant's verification and signing benchmarks")
+	flag.StringVar(&o.signers, "signers", "", `key backends too: "also" after the main figures, "only" for them alone (needs SoftHSM2)`)
 	flag.Parse()
 
 	sshBin, err := exec.LookPath(o.sshAgentBin)
@@ -170,6 +174,11 @@ func run() error {
 		if bin, err = buildKeyd(dir); err != nil {
 			return err
 		}
+	}
+	if o.signers == "only" {
+		rows, err := measureSigners(o, bin, dir)
+		reportSigners(os.Stdout, rows)
+		return err
 	}
 	state, sock, err := initState(bin, dir)
 	if err != nil {
@@ -335,9 +344,16 @@ func run() error {
 			return err
 		}
 	}
+	if o.signers == "also" {
+		step("key backends")
+		if fig.Signers, err = measureSigners(o, bin, dir); err != nil {
+			return err
+		}
+	}
 	fig.Summary = summarize(&fig)
 
 	report(os.Stdout, &fig)
+	reportSigners(os.Stdout, fig.Signers)
 	if o.jsonOut != "" {
 		b, err := json.MarshalIndent(&fig, "", "  ")
 		if err != nil {

@@ -234,3 +234,5 @@ func report(w io.Writer, f *Figures) {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 func mib(kib int) string        { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", micros(d)) }
