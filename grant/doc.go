@@ -8,6 +8,14 @@
 // no global state. Signing goes through crypto.Signer, so a principal key
 // can live in a key service.
 //
+// Ed25519 signatures are deterministic, so a signature computed with a fault
+// can give the key away. Issue and IssueConsent therefore verify every
+// signature of the principal before a grant leaves, and every signer other
+// than an in-process ed25519.PrivateKey (an HSM, a key service) has each
+// signature verified against its key. Only a holder's own in-process key
+// signs its proofs and delegations unchecked: a bad one fails where it is
+// verified.
+//
 // # Keys
 //
 // Public keys are written "ed25519:" + b64url of the 32 raw bytes (§6.1);
@@ -46,6 +54,12 @@
 // only per, spend or risk caveats stand in the way of a COMMIT. The caller
 // checks the proof of possession with VerifyProof and reserves spend
 // against Result.SpendBlocks.
+//
+// A service sees the same grant on every request of an agent. A BlockCache
+// in Context.Cache remembers the block signatures already checked, keyed by
+// the signer's key, the exact signed bytes and the signature, so that such a
+// grant costs microseconds instead of one Ed25519 verification per block;
+// expiry, trust, the holder and every caveat are still checked on each call.
 //
 // # Proofs and consent
 //

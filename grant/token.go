@@ -405,15 +405,17 @@ func blockExpiry(b *Block) (int64, bool) {
 // before it, and each prev names the block before it. It checks no caveat
 // and no trust in the issuer. Its errors are *Error with CodeUnauthorized.
 func (t *Token) CheckChain() error {
-	_, err := t.checkChain()
+	_, err := t.checkChain(nil)
 	if err != nil {
 		return err
 	}
 	return nil
 }
 
-// checkChain is CheckChain that also returns the block ids it computed.
-func (t *Token) checkChain() ([]string, *Error) {
+// checkChain is CheckChain that also returns the block ids it computed. It
+// takes the answer to a signature check from cache when cache (which may be
+// nil) holds it.
+func (t *Token) checkChain(cache *BlockCache) ([]string, *Error) {
 	if len(t.Blocks) == 0 {
 		return nil, newError(CodeUnauthorized, "grant has no blocks")
 	}
@@ -449,7 +451,7 @@ func (t *Token) checkChain() ([]string, *Error) {
 		if err != nil {
 			return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: %v", i, err))
 		}
-		if len(b.Sig) != ed25519.SignatureSize || !ed25519.Verify(signer, msg, b.Sig) {
+		if len(b.Sig) != ed25519.SignatureSize || !cache.verifySignature(signer, msg, b.Sig) {
 			return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: bad signature", i))
 		}
 		ids[i] = b.ID()
@@ -554,7 +556,7 @@ func (t *Token) Delegate(holder crypto.Signer, to ed25519.PublicKey, caveats []C
 	if blk.signed, err = marshalPayload(&blk.Payload, false); err != nil {
 		return nil, fmt.Errorf("delegate: %w", err)
 	}
-	if blk.Sig, err = sign(holder, blk.signed); err != nil {
+	if blk.Sig, err = signHolder(holder, blk.signed); err != nil {
 		return nil, fmt.Errorf("delegate: %w", err)
 	}
 	blocks := make([]Block, len(t.Blocks), len(t.Blocks)+1)
