@@ -148,7 +148,8 @@ func TestAuditAppendRefusals(t *testing.T) {
 		{"fail/empty-kind", Record{}},
 		{"fail/unknown-kind", Record{Kind: "approve-everything"}},
 		{"fail/invalid-raw-json", Record{Kind: KindIssue, Issued: json.RawMessage(`[{"can":`)}},
-		{"fail/too-large", Record{Kind: KindError, Message: strings.Repeat("x", maxLine)}},
+		{"fail/checkpoint-kind", Record{Kind: KindCheckpoint}},
+		{"fail/recovered-kind", Record{Kind: KindRecovered}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -447,7 +448,7 @@ func TestAuditFullFilesystem(t *testing.T) {
 
 	// A record larger than the space left in the log's last page: the write
 	// is partial or fails outright; either way Append must fail.
-	big := Record{Kind: KindIssue, Message: strings.Repeat("m", 9000)}
+	big := Record{Kind: KindIssue, Requested: json.RawMessage(`["` + strings.Repeat("m", 9000) + `"]`)}
 	for i := range 3 {
 		if seq, err := l.Append(big); err == nil {
 			t.Fatalf("append %d on a full filesystem succeeded with seq %d", i, seq)
@@ -490,7 +491,7 @@ func TestShowAudit(t *testing.T) {
 	}
 	want := `#1 2030-01-02T03:04:05Z start -- parley-keyd 0.1 started
 #2 2030-01-02T03:04:06Z issue req=r1 caller=alice/pid:42 unit=agent.service holder=ed25519:3Ue1sJ…Ty7jqo decision=allow by=bob,via:desktop(strong) grant=g1 exp=2030-03-17T17:46:40Z
-#3 2030-01-02T03:04:07Z deny req=\x1b[2J\x20evil\x20decision=allow\u202e caller=uid:1001/pid:7 decision=deny by=rule:no-shop
+#3 2030-01-02T03:04:07Z deny req="\x1b[2J evil decision=allow\u202e" caller=uid:1001/pid:7 decision=deny by=rule:no-shop
 line 4: not a record
 `
 	if diff := cmp.Diff(want, out.String()); diff != "" {
