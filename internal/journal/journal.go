@@ -5,8 +5,9 @@
 // # Guarantees
 //
 //   - Every entry has a priority (syslog's levels) and may carry fields,
-//     which the journal keeps as its own fields (PARLEY_AUDIT_SEQ=…) and the
-//     stderr fallback prints after the message.
+//     which the journal keeps as its own fields (PARLEY_AUDIT_SEQ=…). The
+//     stderr fallback prints the priority (warning and above) and the
+//     message, one line per entry; fields are for the journal.
 //   - Flood control folds, it never drops silently. Entries share a budget
 //     per key (by default the format string, or the message) and one across
 //     all keys; an entry over budget is counted, and when its window ends one
@@ -31,7 +32,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	sdjournal "github.com/coreos/go-systemd/v22/journal"
 )
@@ -361,18 +361,8 @@ func (l *Logger) write(e Entry) {
 		b.WriteString(": ")
 	}
 	b.WriteString(oneLine(msg))
-	if len(e.Fields) > 0 {
-		names := make([]string, 0, len(e.Fields))
-		for k := range e.Fields {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for _, k := range names {
-			b.WriteString(" ")
-			b.WriteString(FieldName(k))
-			b.WriteString("=")
-			b.WriteString(quote(e.Fields[k]))
-		}
+	if n := e.Fields["PARLEY_FOLDED"]; n != "" {
+		b.WriteString(" [folded: " + n + "]")
 	}
 	b.WriteString("\n")
 	io.WriteString(l.stderr, b.String())
@@ -408,17 +398,4 @@ func oneLine(s string) string {
 		return s
 	}
 	return strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(s)
-}
-
-// quote prints a field value bare when it is plain, else Go-quoted.
-func quote(v string) string {
-	if v == "" {
-		return `""`
-	}
-	for _, r := range v {
-		if r <= ' ' || r == '"' || r == '\\' || r == utf8.RuneError || r >= 0x7f {
-			return strconv.Quote(v)
-		}
-	}
-	return v
 }

@@ -211,10 +211,10 @@ func (c *Checkpoint) Marshal() []byte {
 // and duplicate names are refused. It checks the form of every field, not
 // the signature: call Verify.
 func ParseCheckpoint(data []byte) (*Checkpoint, error) {
-	data = bytes.TrimSpace(data)
 	if len(data) > 4096 {
 		return nil, fmt.Errorf("%w: %d bytes is too long for a checkpoint", ErrCheckpoint, len(data))
 	}
+	data = bytes.TrimSpace(data)
 	var probe struct {
 		Kind       string          `json:"kind"`
 		Checkpoint json.RawMessage `json:"checkpoint"`

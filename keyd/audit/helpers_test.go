@@ -149,3 +149,13 @@ func copyDir(t testing.TB, src string) string {
 	}
 	return dst
 }
+
+// barrier returns once the writer goroutine has finished what it started
+// before: the commit of an Append that returned, and the checkpoints and
+// segments that commit made due.
+func barrier(t testing.TB, l *Log) {
+	t.Helper()
+	if err := l.do(func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+}

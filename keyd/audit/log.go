@@ -157,6 +157,7 @@ type Log struct {
 	cpRetry  time.Time // no checkpoint attempt before (after a failed one)
 	segRetry time.Time // no new segment attempt before
 	retainAt time.Time // retention runs at this time or later, if set
+	created  *Checkpoint // the first checkpoint of a log Open created
 	buf      bytes.Buffer
 	closeErr error
 
@@ -330,15 +331,20 @@ func (l *Log) openActive() (f *os.File, created bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
+	line := checkpointLine(1, cp)
 	f, err = l.newFile(func(f *os.File) error {
 		if err := os.Link(f.Name(), l.path); err != nil {
 			return fmt.Errorf("create audit log: %w", err)
 		}
 		return nil
-	}, append(checkpointLine(1, cp), '\n'))
+	}, append(line, '\n'))
 	if err != nil {
 		return nil, false, err
 	}
+	if l.o.Journal != nil {
+		l.journalRecord(line, 1, lineHash(line))
+	}
+	l.created = cp
 	return f, true, nil
 }
 
@@ -547,6 +553,7 @@ func (l *Log) load(created bool) (*openState, error) {
 		if t, err := time.Parse(time.RFC3339Nano, v.lastCP.Time); err == nil {
 			l.lastCPAt = t
 		}
+		l.cpCopy = v.lastCP
 	}
 	return st, nil
 }
@@ -633,6 +640,7 @@ func scanFrom(f io.ReaderAt, name string, off, size int64, v *verifier, read *in
 	br := newLineReader(io.NewSectionReader(f, off, size-off), read)
 	pos := off
 	var held []byte
+	haveHeld := false
 	heldEnd := off
 	for {
 		line, complete, err := readLine(br)
@@ -645,16 +653,16 @@ func scanFrom(f io.ReaderAt, name string, off, size int64, v *verifier, read *in
 		if !complete || bytes.IndexByte(line, 0) >= 0 {
 			break
 		}
-		if held != nil {
+		if haveHeld {
 			if err := v.chained(held); err != nil {
 				return res, err
 			}
 		}
-		held = append(held[:0], line...)
+		held, haveHeld = append(held[:0], line...), true
 		pos += int64(len(line)) + 1
 		heldEnd = pos
 	}
-	if held != nil {
+	if haveHeld {
 		if err := v.full(held); err != nil {
 			return res, err
 		}
@@ -750,6 +758,9 @@ func (l *Log) afterOpen(st *openState) error {
 		}
 	}
 	return l.do(func() error {
+		if l.created != nil {
+			l.checkpointed(l.created)
+		}
 		if l.pub != nil && !st.created {
 			if err := l.writeCheckpoint(ReasonOpen); err != nil {
 				return err
@@ -893,10 +904,10 @@ func (l *Log) closeQuiet() {
 
 func (l *Log) writer() {
 	defer close(l.done)
-	every := l.o.FoldWindow / 2
-	if l.pub != nil && l.o.CheckpointInterval/4 < every {
-		every = l.o.CheckpointInterval / 4
-	}
+	// The tick ends fold windows and makes interval checkpoints and age
+	// rotations; once a second is often enough for the defaults and costs
+	// nothing worth counting.
+	every := min(time.Second, l.o.FoldWindow/4, l.o.CheckpointInterval/4)
 	if every < 10*time.Millisecond {
 		every = 10 * time.Millisecond
 	}

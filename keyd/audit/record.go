@@ -186,9 +186,12 @@ func bound(r *Record) {
 	raw("issued", &r.Issued)
 }
 
-// cutString returns s cut to at most max bytes, ending with CutMarker, at a
-// UTF-8 boundary.
+// cutString returns s when it has at most max bytes, else s cut to at most
+// max bytes, ending with CutMarker, at a UTF-8 boundary.
 func cutString(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
 	n := max - len(CutMarker)
 	if n < 0 {
 		n = 0
