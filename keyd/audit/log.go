@@ -154,9 +154,9 @@ type Log struct {
 	segTime  time.Time // time of the active segment's first record
 	sinceCP  int       // records since the last checkpoint record
 	lastCPAt time.Time
-	cpRetry  time.Time // no checkpoint attempt before (after a failed one)
-	segRetry time.Time // no new segment attempt before
-	retainAt time.Time // retention runs at this time or later, if set
+	cpRetry  time.Time   // no checkpoint attempt before (after a failed one)
+	segRetry time.Time   // no new segment attempt before
+	retainAt time.Time   // retention runs at this time or later, if set
 	created  *Checkpoint // the first checkpoint of a log Open created
 	buf      bytes.Buffer
 	closeErr error

@@ -149,5 +149,3 @@ func BenchmarkAppendFolded(b *testing.B) {
 	}
 	b.ReportMetric(float64(l.syncs.Load())/float64(b.N), "fsyncs/op")
 }
-
-
