@@ -176,12 +176,19 @@ func TestKill9MidBurst(t *testing.T) {
 	if os.Getenv("PARLEY_AUDIT_KILL9_HELPER") != "" {
 		return
 	}
+	for _, pre := range []int64{0, 64 << 10} {
+		t.Run(fmt.Sprintf("preallocate=%d", pre), func(t *testing.T) { testKill9(t, pre) })
+	}
+}
+
+func testKill9(t *testing.T, pre int64) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "audit.log")
 	acked := map[uint64]string{}
 	for round := range 5 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Helper$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "PARLEY_AUDIT_KILL9_HELPER="+path, fmt.Sprintf("PARLEY_AUDIT_KILL9_ROUND=%d", round))
+		cmd.Env = append(os.Environ(), "PARLEY_AUDIT_KILL9_HELPER="+path, fmt.Sprintf("PARLEY_AUDIT_KILL9_ROUND=%d", round),
+			fmt.Sprintf("PARLEY_AUDIT_KILL9_PREALLOCATE=%d", pre))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -214,7 +221,12 @@ func TestKill9MidBurst(t *testing.T) {
 			t.Fatalf("round %d: helper ended with %v, not SIGKILL, after %d acks:\n%s", round, err, n, stderr.String())
 		}
 		// Acks read after the kill were written before it.
-		l, err := (Options{Signer: testKey("daemon")}).Open(path)
+		if pre > 0 {
+			// The file still holds preallocated zeros after the kill.
+			fi, _ := os.Stat(path)
+			t.Logf("round %d: %d bytes after the kill", round, fi.Size())
+		}
+		l, err := (Options{Signer: testKey("daemon"), Preallocate: pre}).Open(path)
 		if err != nil {
 			t.Fatalf("round %d: Open after kill -9: %v", round, err)
 		}
@@ -239,7 +251,8 @@ func TestKill9Helper(t *testing.T) {
 		t.Skip("helper process only")
 	}
 	round := os.Getenv("PARLEY_AUDIT_KILL9_ROUND")
-	o := Options{Signer: testKey("daemon"), CheckpointEvery: 200}
+	pre, _ := strconv.ParseInt(os.Getenv("PARLEY_AUDIT_KILL9_PREALLOCATE"), 10, 64)
+	o := Options{Signer: testKey("daemon"), CheckpointEvery: 200, Preallocate: pre}
 	l, err := o.Open(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -411,5 +424,44 @@ func TestReadOnlyFilesystem(t *testing.T) {
 	}
 	if _, err := Verify(path, VerifyOptions{Key: testPub("daemon")}); err != nil {
 		t.Errorf("verify: %v", err)
+	}
+}
+
+// TestFullDiskPreallocated: with a preallocated tail, a full disk leaves the
+// log its reserve; records go on into it, Append refuses with ENOSPC once
+// it is used up, and resumes without Reopen when space returns.
+func TestFullDiskPreallocated(t *testing.T) {
+	dir := auditTestTmpfs(t, "256k")
+	path := filepath.Join(dir, "audit.log")
+	o := signedOptions(newTestClock())
+	o.Preallocate = 16 << 10
+	l := openWith(t, o, path)
+	defer l.Close()
+	auditTestAppend(t, l, Record{Kind: KindStart})
+	filler := fillFilesystem(t, dir)
+	var acked []uint64
+	var err error
+	for i := 0; i < 1000; i++ {
+		var seq uint64
+		if seq, err = l.Append(auditTestRecords(1)[0]); err != nil {
+			break
+		}
+		acked = append(acked, seq)
+	}
+	if !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("append after the reserve: %v, want ENOSPC", err)
+	}
+	if len(acked) == 0 || len(acked) > 40 {
+		t.Errorf("%d records went into a reserve of 16 KiB", len(acked))
+	}
+	os.Remove(filler)
+	auditTestAppend(t, l, Record{Kind: KindIssue})
+	if rep, err := Verify(path, VerifyOptions{Key: testPub("daemon")}); err != nil || rep.NULTail == 0 {
+		t.Fatalf("verify a live preallocated log: %+v, %v", rep, err)
+	}
+	mustClose(t, l)
+	rep, err := Verify(path, VerifyOptions{Key: testPub("daemon")})
+	if err != nil || rep.NULTail != 0 || !rep.Stopped {
+		t.Fatalf("verify after Close: %+v, %v", rep, err)
 	}
 }

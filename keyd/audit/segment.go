@@ -122,6 +122,11 @@ func (l *Log) startSegment(reason string, keepOld func(old *os.File) error) erro
 	line := checkpointLine(l.seq+1, cp)
 	old := l.f
 	nf, err := l.newFile(func(f *os.File) error {
+		// The closed segment ends with its last record, not with
+		// preallocated space.
+		if err := l.trim(); err != nil {
+			return err
+		}
 		if err := keepOld(old); err != nil {
 			return err
 		}
@@ -141,10 +146,12 @@ func (l *Log) startSegment(reason string, keepOld func(old *os.File) error) erro
 	old.Close()
 	l.f = nf
 	l.off = int64(len(line)) + 1
+	l.end = l.off
+	l.setMode()
 	l.seq++
 	l.head = lineHash(line)
 	l.segFirst, l.segTime = l.seq, l.now()
-	l.dirty, l.vanished = false, nil
+	l.dirty, l.vanished = 0, nil
 	l.headMu.Lock()
 	l.headCopy = Head{Seq: l.seq, Hash: l.head}
 	l.headMu.Unlock()

@@ -41,9 +41,16 @@ func appendMany(t testing.TB, l *Log, n, par int) {
 // given its predecessor's checkpoint; a segment removed from the middle is
 // named.
 func TestRotation(t *testing.T) {
+	for _, pre := range []int64{0, 4 << 10} {
+		t.Run(fmt.Sprintf("preallocate=%d", pre), func(t *testing.T) { testRotation(t, pre) })
+	}
+}
+
+func testRotation(t *testing.T, pre int64) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "audit.log")
 	o := signedOptions(newTestClock())
+	o.Preallocate = pre
 	o.SegmentSize = 8 << 10
 	o.CheckpointEvery = 10
 	l := openWith(t, o, path)

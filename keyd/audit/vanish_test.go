@@ -22,7 +22,7 @@ type appenders struct {
 	mu      sync.Mutex
 	acked   map[uint64]string
 	errs    []error
-	lastErr atomic.Value
+	lastErr error // guarded by mu
 	fails   atomic.Int64
 }
 
@@ -40,7 +40,7 @@ func startAppenders(l *Log, n int) *appenders {
 					a.acked[seq] = id
 				} else {
 					a.fails.Add(1)
-					a.lastErr.Store(err)
+					a.lastErr = err
 					if !errors.Is(err, ErrUnavailable) {
 						a.errs = append(a.errs, err)
 					}
@@ -164,98 +164,104 @@ func TestVanishUnderWriter(t *testing.T) {
 		}, false, "did not write"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, "audit.log")
-			o := signedOptions(newTestClock())
-			o.CheckpointEvery = 100
-			l := openWith(t, o, path)
-			a := startAppenders(l, 32)
-			waitFor(t, "300 appends", func() bool { return a.ackedCount() >= 300 })
-			tt.act(t, path)
-			before := a.ackedCount()
-			waitFor(t, "appends to fail", func() bool { return a.fails.Load() > 50 })
-			var ve *VanishedError
-			if err, _ := a.lastErr.Load().(error); !errors.As(err, &ve) || !errors.Is(err, ErrUnavailable) || !strings.Contains(ve.What, tt.what) {
-				t.Fatalf("appends fail with %v, want a *VanishedError saying %q", err, tt.what)
-			}
-			// Refused for as long as nobody resolves it: no append succeeds.
-			stalled := a.ackedCount()
-			time.Sleep(50 * time.Millisecond)
-			if n := a.ackedCount(); n != stalled {
-				t.Fatalf("%d appends succeeded while the log was gone", n-stalled)
-			}
-			t.Logf("%d appends before the change, %d until refused", before, stalled)
-
-			if err := l.Reopen(); err != nil {
-				t.Fatalf("Reopen: %v", err)
-			}
-			waitFor(t, "appends after Reopen", func() bool { return a.ackedCount() > stalled+100 })
-			a.halt(t)
-			mustClose(t, l)
-
-			recs := allRecords(t, path)
-			missing := 0
-			for seq, id := range a.acked {
-				r, ok := recs[seq]
-				if !ok {
-					missing++
-				} else if r.RequestID != id {
-					t.Errorf("record %d was acknowledged as %s, but the log holds %s there", seq, id, r.RequestID)
+		for _, pre := range []int64{0, 32 << 10} {
+			t.Run(fmt.Sprintf("%s/preallocate=%d", tt.name, pre), func(t *testing.T) {
+				dir := t.TempDir()
+				path := filepath.Join(dir, "audit.log")
+				o := signedOptions(newTestClock())
+				o.CheckpointEvery = 100
+				o.Preallocate = pre
+				l := openWith(t, o, path)
+				a := startAppenders(l, 32)
+				waitFor(t, "300 appends", func() bool { return a.ackedCount() >= 300 })
+				tt.act(t, path)
+				before := a.ackedCount()
+				waitFor(t, "appends to fail", func() bool { return a.fails.Load() > 50 })
+				var ve *VanishedError
+				a.mu.Lock()
+				err := a.lastErr
+				a.mu.Unlock()
+				if !errors.As(err, &ve) || !errors.Is(err, ErrUnavailable) || !strings.Contains(ve.What, tt.what) {
+					t.Fatalf("appends fail with %v, want a *VanishedError saying %q", err, tt.what)
 				}
-			}
-			var note *Record
-			for _, r := range recs {
-				if r.Kind == KindRecovered && strings.Contains(r.Message, tt.what) {
-					note = &r
+				// Refused for as long as nobody resolves it: no append succeeds.
+				stalled := a.ackedCount()
+				time.Sleep(50 * time.Millisecond)
+				if n := a.ackedCount(); n != stalled {
+					t.Fatalf("%d appends succeeded while the log was gone", n-stalled)
 				}
-			}
-			if note == nil {
-				for _, r := range recs {
-					if r.Kind == KindRecovered {
-						t.Logf("recovered: %s", r.Message)
+				t.Logf("%d appends before the change, %d until refused", before, stalled)
+
+				if err := l.Reopen(); err != nil {
+					t.Fatalf("Reopen: %v", err)
+				}
+				waitFor(t, "appends after Reopen", func() bool { return a.ackedCount() > stalled+100 })
+				a.halt(t)
+				mustClose(t, l)
+
+				recs := allRecords(t, path)
+				missing := 0
+				for seq, id := range a.acked {
+					r, ok := recs[seq]
+					if !ok {
+						missing++
+					} else if r.RequestID != id {
+						t.Errorf("record %d was acknowledged as %s, but the log holds %s there", seq, id, r.RequestID)
 					}
 				}
-				t.Errorf("no recovered record says %q", tt.what)
-			}
-			if tt.lossless {
-				if missing > 0 {
-					t.Errorf("%d of %d acknowledged records are in no file of the log", missing, len(a.acked))
+				var note *Record
+				for _, r := range recs {
+					if r.Kind == KindRecovered && strings.Contains(r.Message, tt.what) {
+						note = &r
+					}
 				}
-				if _, err := Verify(path, VerifyOptions{Key: testPub("daemon")}); err != nil {
-					t.Errorf("verify across segments: %v", err)
-				}
-			} else {
-				// The new segment stands on its own, and its first record
-				// covers the last record written before the change.
-				rep, err := Verify(path, VerifyOptions{Key: testPub("daemon"), Segment: true})
-				if err != nil {
-					t.Fatalf("verify the new segment: %v", err)
-				}
-				if rep.First != uint64(stalled)+0 && rep.First < uint64(stalled) {
-					t.Errorf("new segment starts at %d", rep.First)
-				}
-				inCopy := 0
-				if f, err := os.Open(path + ".1"); err == nil {
-					readFrom(f, path, 0, &Filter{}, func(_ []byte, r *Record) error {
-						if id, ok := a.acked[r.Seq]; ok && id == r.RequestID {
-							if _, inLog := recs[r.Seq]; !inLog {
-								inCopy++
-							}
+				if note == nil {
+					for _, r := range recs {
+						if r.Kind == KindRecovered {
+							t.Logf("recovered: %s", r.Message)
 						}
-						return nil
-					})
-					f.Close()
+					}
+					t.Errorf("no recovered record says %q", tt.what)
 				}
-				t.Logf("%d of %d acknowledged records are not in the log's files (%s), %d of them in logrotate's copy", missing, len(a.acked), tt.name, inCopy)
-				_, err = Verify(path, VerifyOptions{Key: testPub("daemon")})
-				if err == nil {
-					t.Errorf("verify across segments passes, but records were removed or added under the daemon")
+				if tt.lossless {
+					if missing > 0 {
+						t.Errorf("%d of %d acknowledged records are in no file of the log", missing, len(a.acked))
+					}
+					if _, err := Verify(path, VerifyOptions{Key: testPub("daemon")}); err != nil {
+						t.Errorf("verify across segments: %v", err)
+					}
 				} else {
-					t.Logf("verify across segments: %v", err)
+					// The new segment stands on its own, and its first record
+					// covers the last record written before the change.
+					rep, err := Verify(path, VerifyOptions{Key: testPub("daemon"), Segment: true})
+					if err != nil {
+						t.Fatalf("verify the new segment: %v", err)
+					}
+					if rep.First != uint64(stalled)+0 && rep.First < uint64(stalled) {
+						t.Errorf("new segment starts at %d", rep.First)
+					}
+					inCopy := 0
+					if f, err := os.Open(path + ".1"); err == nil {
+						readFrom(f, path, 0, &Filter{}, func(_ []byte, r *Record) error {
+							if id, ok := a.acked[r.Seq]; ok && id == r.RequestID {
+								if _, inLog := recs[r.Seq]; !inLog {
+									inCopy++
+								}
+							}
+							return nil
+						})
+						f.Close()
+					}
+					t.Logf("%d of %d acknowledged records are not in the log's files (%s), %d of them in logrotate's copy", missing, len(a.acked), tt.name, inCopy)
+					_, err = Verify(path, VerifyOptions{Key: testPub("daemon")})
+					if err == nil {
+						t.Errorf("verify across segments passes, but records were removed or added under the daemon")
+					} else {
+						t.Logf("verify across segments: %v", err)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

@@ -401,6 +401,8 @@ func Verify(path string, o VerifyOptions) (*Report, error) {
 			return rep, fmt.Errorf("%w: the checkpoint of seq %d kept elsewhere is of log %s, this log is %s", ErrCheckpoint, cp.Seq, cp.Log, v.logID)
 		case cp.Seq > rep.Head.Seq:
 			return rep, fmt.Errorf("%w: a checkpoint kept elsewhere (%s) covers record %d, but the log ends at record %d: the log was cut or rolled back", ErrCheckpoint, cp.Time, cp.Seq, rep.Head.Seq)
+		case cp.Seq == 0 && rep.First == 1:
+			rep.Matched = append(rep.Matched, cp) // the empty log it covers begins this one
 		case cp.Seq < rep.First:
 			rep.Older = append(rep.Older, cp)
 		}

@@ -37,8 +37,11 @@ func TestCommandWitness(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := kept[len(kept)-1]
-	if last.Reason != ReasonStop || last.Seq <= cp2.Seq || kept[0].Seq != cp1.Seq {
-		t.Errorf("witness kept %v", kept)
+	if last.Reason != ReasonStop || last.Seq <= cp2.Seq || kept[0].Reason != ReasonCreate || kept[1].Seq != cp1.Seq {
+		for _, cp := range kept {
+			t.Logf("kept %s", cp.Marshal())
+		}
+		t.Errorf("witness kept %d checkpoints; want create, the first requested one, then (after the failure) stop", len(kept))
 	}
 	for _, cp := range kept {
 		if err := cp.Verify(testPub("daemon")); err != nil {
