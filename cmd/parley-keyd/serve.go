@@ -14,6 +14,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 
+	"github.com/parley-keyd/parley-keyd/internal/journal"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 
 	"github.com/coreos/go-systemd/v22/activation"
@@ -98,7 +99,13 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		logger.Printf("warning: could not lock the key in memory (it may reach swap): %v", err)
 	}
 
-	alog, err := audit.Open(filepath.Join(state, "audit.log"))
+	// The audit log signs its checkpoints with the principal key, through
+	// the same signer as grants (docs/audit.md says why), and writes every
+	// record and checkpoint to the journal. Witnesses and the segment and
+	// retention settings are the configuration's to add.
+	jl := journal.New(journal.Options{Identifier: "parley-keyd"})
+	defer jl.Close()
+	alog, err := audit.Options{Signer: signer, Journal: jl, Preallocate: 256 << 10}.Open(filepath.Join(state, "audit.log"))
 	if errors.Is(err, audit.ErrInUse) {
 		return withHint(err, "another parley-keyd already runs on "+state+"; stop it first")
 	}
@@ -175,6 +182,11 @@ func reload(srv *keyd.Server, configPath, socketFlag string, alog *audit.Log, lo
 	}
 	srv.Reload(cfg, pol)
 	logger.Printf("reloaded %s and %s", configPath, cfg.PolicyPath())
+	// SIGHUP also starts a new audit segment when the log was moved,
+	// deleted or truncated under the daemon (docs/audit.md, rotation).
+	if err := alog.Reopen(); err != nil {
+		logger.Printf("audit log: reopen: %v", err)
+	}
 	alog.Append(audit.Record{Kind: "policy-reload", Decision: "loaded", Message: cfg.PolicyPath()})
 }
 
