@@ -105,7 +105,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	// retention settings are the configuration's to add.
 	jl := journal.New(journal.Options{Identifier: "parley-keyd"})
 	defer jl.Close()
-	alog, err := audit.Options{Signer: signer, Journal: jl, Preallocate: 256 << 10}.Open(filepath.Join(state, "audit.log"))
+	alog, err := audit.Options{Signer: signer, Journal: jl, Preallocate: 16 << 10}.Open(filepath.Join(state, "audit.log"))
 	if errors.Is(err, audit.ErrInUse) {
 		return withHint(err, "another parley-keyd already runs on "+state+"; stop it first")
 	}

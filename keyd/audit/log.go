@@ -1218,7 +1218,14 @@ func (l *Log) maintain(tick bool) {
 	}
 }
 
+// journalRecord sends one record to the journal as an entry with the
+// record's seq, kind, hash and line as fields. Without a journal (the
+// Logger writes to stderr) only checkpoints are sent: the records are in
+// the log, and a line each on stderr would be noise.
 func (l *Log) journalRecord(line []byte, seq uint64, hash string) {
+	if !l.o.Journal.Journal() && !isCheckpointLine(line) {
+		return
+	}
 	var rec Record
 	if json.Unmarshal(line, &rec) != nil {
 		return
@@ -1248,5 +1255,9 @@ func (l *Log) journalRecord(line []byte, seq uint64, hash string) {
 		fields["MESSAGE_ID"] = MessageIDCheckpoint
 		fields["PARLEY_CHECKPOINT"] = string(rec.Checkpoint.Marshal())
 	}
-	l.o.Journal.Send(journal.Entry{Priority: p, Message: "audit " + FormatRecord(&rec), Fields: fields, Key: "audit:" + rec.Kind, Always: always})
+	msg := "audit " + FormatRecord(&rec)
+	if rec.Checkpoint != nil {
+		msg += " " + string(rec.Checkpoint.Marshal())
+	}
+	l.o.Journal.Send(journal.Entry{Priority: p, Message: msg, Fields: fields, Key: "audit:" + rec.Kind, Always: always})
 }
