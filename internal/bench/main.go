@@ -61,6 +61,7 @@ type options struct {
 	duration                                    time.Duration
 	verifyTime                                  string
 	verify                                      bool
+	startup                                     string // record counts for the start-up figures (startup.go)
 }
 
 // Figures is everything one run measured; -json writes it.
@@ -95,6 +96,7 @@ type Figures struct {
 	// write and fsync during the throughput run: the records of one group
 	// commit share their time stamp.
 	AuditBatch float64
+	Startup    []startupRow // start-up against the audit log's length
 }
 
 func run() error {
@@ -112,6 +114,7 @@ func run() error {
 	flag.IntVar(&o.conns, "conns", 1000, "idle connections for the memory figure")
 	flag.StringVar(&o.verifyTime, "verify-benchtime", "1s", "-benchtime of grant's verification benchmarks")
 	flag.BoolVar(&o.verify, "verify", true, "run grant's verification benchmarks")
+	flag.StringVar(&o.startup, "startup", "1000,100000,1000000", "audit log lengths for the start-up figures (empty: none)")
 	flag.Parse()
 
 	sshBin, err := exec.LookPath(o.sshAgentBin)
@@ -246,10 +249,16 @@ func run() error {
 			return err
 		}
 	}
+	if sizes, err := parseSizes(o.startup); err != nil {
+		return err
+	} else if fig.Startup, err = measureStartup(bin, dir, sizes, 9); err != nil {
+		return err
+	}
 	fig.LatencyRatio = float64(fig.SSHLatency.P50) / float64(fig.KeydLatency.P50)
 	fig.ThroughputRatio = fig.KeydThroughput.PerSec / fig.SSHThroughput.PerSec
 
 	report(os.Stdout, &fig)
+	reportStartup(os.Stdout, fig.Startup)
 	if o.jsonOut != "" {
 		b, err := json.MarshalIndent(&fig, "", "  ")
 		if err != nil {

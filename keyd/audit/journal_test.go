@@ -3,6 +3,7 @@ package audit
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -74,6 +75,18 @@ func TestJournalEntriesHelper(t *testing.T) {
 	}
 	if _, err := Verify(path, VerifyOptions{Key: testPub("daemon"), Checkpoints: cps}); err != nil {
 		t.Errorf("verify against the journal's checkpoints: %v", err)
+	}
+	// The command docs/audit.md gives to take them out of the journal.
+	out, err := exec.Command("journalctl", "--directory", dir, "-t", "parley-keyd-audit-test", "MESSAGE_ID="+MessageIDCheckpoint,
+		"-o", "cat", "--output-fields=PARLEY_CHECKPOINT").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "checkpoints")
+	os.WriteFile(file, out, 0o600)
+	fromJournal, err := ReadCheckpoints(file)
+	if err != nil || len(fromJournal) != len(cps) {
+		t.Fatalf("journalctl -o cat --output-fields=PARLEY_CHECKPOINT gave %d checkpoints (%v):\n%s", len(fromJournal), err, out)
 	}
 	// A log cut after the fact contradicts them.
 	writeLines(t, path, lines[:len(lines)-3])

@@ -777,11 +777,11 @@ func (l *Log) afterOpen(st *openState) error {
 			l.checkpointed(l.created)
 		}
 		if l.pub != nil && !st.created {
-			if err := l.writeCheckpoint(ReasonOpen); err != nil {
+			// One write and fsync for the checkpoint and what it found.
+			if err := l.writeCheckpoint(ReasonOpen, recs...); err != nil {
 				return err
 			}
-		}
-		if len(recs) > 0 {
+		} else if len(recs) > 0 {
 			if err := l.commitInternal(recs...); err != nil {
 				return err
 			}
@@ -1152,16 +1152,18 @@ func (l *Log) makeCheckpoint(reason string, seq uint64, hash string) (*Checkpoin
 	return cp, nil
 }
 
-// writeCheckpoint signs the current head and writes it as the next record.
-func (l *Log) writeCheckpoint(reason string) error {
+// writeCheckpoint signs the current head and writes it as the next record,
+// and after it, in the same write, the records of then.
+func (l *Log) writeCheckpoint(reason string, then ...Record) error {
 	cp, err := l.makeCheckpoint(reason, l.seq, l.head)
 	if err != nil {
 		return err
 	}
-	if err := l.commitInternal(Record{Kind: KindCheckpoint, Time: cp.Time, Checkpoint: cp}); err != nil {
+	if err := l.commitInternal(append([]Record{{Kind: KindCheckpoint, Time: cp.Time, Checkpoint: cp}}, then...)...); err != nil {
 		return err
 	}
 	l.checkpointed(cp)
+	l.sinceCP = len(then)
 	return nil
 }
 
