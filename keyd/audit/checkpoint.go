@@ -136,7 +136,7 @@ func FormatKey(pub ed25519.PublicKey) string {
 func ParseKey(s string) (ed25519.PublicKey, error) {
 	rest, ok := strings.CutPrefix(strings.TrimSpace(s), "ed25519:")
 	if !ok {
-		return nil, fmt.Errorf("key %q does not start with ed25519:", clean(s, 60))
+		return nil, fmt.Errorf("key %q does not start with \"ed25519:\"", clean(s, 60))
 	}
 	b, err := base64.RawURLEncoding.DecodeString(rest)
 	if err != nil || len(b) != ed25519.PublicKeySize {

@@ -90,9 +90,6 @@ func Segments(path string) ([]Segment, error) {
 	return segs, nil
 }
 
-// sameFile reports whether two stats are of one inode.
-func sameFile(a, b *syscall.Stat_t) bool { return a.Dev == b.Dev && a.Ino == b.Ino }
-
 // rotate closes the active segment under its closed name and starts a new
 // one whose first record is a checkpoint of the closed one's last record.
 // It runs on the writer goroutine.
