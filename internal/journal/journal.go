@@ -87,6 +87,11 @@ type Entry struct {
 	// that must be seen one by one, such as the audit log's checkpoints
 	// and a log that vanished; they still use up the budget.
 	Always bool
+	// Budget, when above zero, gives the entry's key a budget of its own
+	// for each window, instead of Options.PerKey, outside the total: the
+	// audit log's records use it, so that a burst of grants neither folds
+	// at the daemon's line rate nor crowds its lines out.
+	Budget int
 }
 
 // Options configure a Logger. The zero value logs to the journal when it is
@@ -214,9 +219,15 @@ func (l *Logger) Send(e Entry) {
 			l.keys[key] = ks
 		}
 	}
-	if e.Always || ks.sent < l.perKey && l.sentTotal < l.total {
+	within := ks.sent < l.perKey && l.sentTotal < l.total
+	if e.Budget > 0 {
+		within = ks.sent < e.Budget
+	}
+	if e.Always || within {
 		ks.sent++
-		l.sentTotal++
+		if e.Budget == 0 {
+			l.sentTotal++
+		}
 		l.mu.Unlock()
 		l.write(e)
 		return

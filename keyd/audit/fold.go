@@ -49,10 +49,13 @@ func (l *Log) AppendFolded(rec Record) (seq uint64, folded bool, err error) {
 		seq, err = l.Append(rec)
 		return seq, false, err
 	}
-	rec.Seq, rec.Prev, rec.Time = 0, "", ""
-	rec.Cut, rec.Folded, rec.Checkpoint = nil, nil, nil
-	bound(&rec)
-	key := foldKey(rec)
+	// The run keeps the record as Append will write it; Append gets the
+	// caller's, so that what it cuts is named in the record.
+	b := rec
+	b.Seq, b.Prev, b.Time = 0, "", ""
+	b.Cut, b.Folded, b.Checkpoint = nil, nil, nil
+	bound(&b)
+	key := foldKey(b)
 	now := l.now()
 	l.folds.mu.Lock()
 	if run := l.folds.runs[key]; run != nil && now.Before(run.until) {
@@ -61,8 +64,8 @@ func (l *Log) AppendFolded(rec Record) (seq uint64, folded bool, err error) {
 		}
 		run.count++
 		run.last = now
-		if len(run.ids) < maxFoldIDs && rec.RequestID != "" {
-			run.ids = append(run.ids, cutString(rec.RequestID, maxFoldIDSize))
+		if len(run.ids) < maxFoldIDs && b.RequestID != "" {
+			run.ids = append(run.ids, cutString(b.RequestID, maxFoldIDSize))
 		}
 		l.folds.mu.Unlock()
 		return 0, true, nil
@@ -75,7 +78,7 @@ func (l *Log) AppendFolded(rec Record) (seq uint64, folded bool, err error) {
 	l.folds.mu.Lock()
 	if _, ok := l.folds.runs[key]; ok || len(l.folds.runs) < maxFoldRuns {
 		if old := l.folds.runs[key]; old == nil || old.count == 0 {
-			l.folds.runs[key] = &foldRun{rec: rec, until: now.Add(l.o.FoldWindow)}
+			l.folds.runs[key] = &foldRun{rec: b, until: now.Add(l.o.FoldWindow)}
 		}
 	}
 	l.folds.mu.Unlock()

@@ -357,7 +357,7 @@ func (l *Log) openActive() (f *os.File, created bool, err error) {
 		return nil, false, err
 	}
 	if l.o.Journal != nil {
-		l.journalRecord(line, 1, lineHash(line))
+		l.journalRecord(line, &Record{Seq: 1, Time: cp.Time, Kind: KindCheckpoint, Checkpoint: cp}, lineHash(line))
 	}
 	l.created = cp
 	return f, true, nil
@@ -1069,6 +1069,7 @@ func (l *Log) commit(batch []*request) {
 	l.buf.Reset()
 	type written struct {
 		r    *request
+		rec  Record
 		line [2]int // start and end in buf, without the newline
 		hash string
 	}
@@ -1102,7 +1103,7 @@ func (l *Log) commit(batch []*request) {
 		seq++
 		head = lineHash(l.buf.Bytes()[start:end])
 		r.seq = seq
-		pending = append(pending, written{r, [2]int{start, end}, head})
+		pending = append(pending, written{r, rec, [2]int{start, end}, head})
 	}
 	if len(pending) == 0 {
 		return
@@ -1120,7 +1121,7 @@ func (l *Log) commit(batch []*request) {
 	l.headMu.Unlock()
 	if l.o.Journal != nil {
 		for _, w := range pending {
-			l.journalRecord(l.buf.Bytes()[w.line[0]:w.line[1]], w.r.seq, w.hash)
+			l.journalRecord(l.buf.Bytes()[w.line[0]:w.line[1]], &w.rec, w.hash)
 		}
 	}
 	if l.buf.Cap() > 1<<20 {
@@ -1220,18 +1221,21 @@ func (l *Log) maintain(tick bool) {
 	}
 }
 
+// journalBudget is how many records of one kind go to the journal one by one
+// each second; past it, one entry a second counts the rest and carries the
+// last one's seq and hash (the records themselves are in the log). journald
+// itself would drop more than its rate limit (by default 10 000 in 30 s).
+const journalBudget = 200
+
 // journalRecord sends one record to the journal as an entry with the
 // record's seq, kind, hash and line as fields. Without a journal (the
 // Logger writes to stderr) only checkpoints are sent: the records are in
 // the log, and a line each on stderr would be noise.
-func (l *Log) journalRecord(line []byte, seq uint64, hash string) {
-	if !l.o.Journal.Journal() && !isCheckpointLine(line) {
+func (l *Log) journalRecord(line []byte, rec *Record, hash string) {
+	if !l.o.Journal.Journal() && rec.Kind != KindCheckpoint {
 		return
 	}
-	var rec Record
-	if json.Unmarshal(line, &rec) != nil {
-		return
-	}
+	seq := rec.Seq
 	p := journal.Info
 	fields := map[string]string{
 		"MESSAGE_ID":          MessageIDRecord,
@@ -1257,9 +1261,9 @@ func (l *Log) journalRecord(line []byte, seq uint64, hash string) {
 		fields["MESSAGE_ID"] = MessageIDCheckpoint
 		fields["PARLEY_CHECKPOINT"] = string(rec.Checkpoint.Marshal())
 	}
-	msg := "audit " + FormatRecord(&rec)
+	msg := "audit " + FormatRecord(rec)
 	if rec.Checkpoint != nil {
 		msg += " " + string(rec.Checkpoint.Marshal())
 	}
-	l.o.Journal.Send(journal.Entry{Priority: p, Message: msg, Fields: fields, Key: "audit:" + rec.Kind, Always: always})
+	l.o.Journal.Send(journal.Entry{Priority: p, Message: msg, Fields: fields, Key: "audit:" + rec.Kind, Always: always, Budget: journalBudget})
 }

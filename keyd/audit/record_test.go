@@ -149,3 +149,18 @@ func BenchmarkAppendFolded(b *testing.B) {
 	}
 	b.ReportMetric(float64(l.syncs.Load())/float64(b.N), "fsyncs/op")
 }
+
+// TestAppendFoldedKeepsCut: the record AppendFolded writes at once names
+// what its bounds cut, like one from Append.
+func TestAppendFoldedKeepsCut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	l := auditTestOpen(t, path)
+	defer l.Close()
+	long := strings.Repeat("x", 5000)
+	if _, f, err := l.AppendFolded(Record{Kind: KindDeny, Message: long}); err != nil || f {
+		t.Fatal(err, f)
+	}
+	if c := lastRecord(t, path).Cut["message"]; c.Size != 5000 || c.SHA256 != chainHash([]byte(long)) {
+		t.Errorf("cut %+v", c)
+	}
+}

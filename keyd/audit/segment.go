@@ -153,7 +153,7 @@ func (l *Log) startSegment(reason string, keepOld func(old *os.File) error) erro
 	l.headCopy = Head{Seq: l.seq, Hash: l.head}
 	l.headMu.Unlock()
 	if l.o.Journal != nil {
-		l.journalRecord(line, l.seq, l.head)
+		l.journalRecord(line, &Record{Seq: l.seq, Prev: cp.Hash, Time: cp.Time, Kind: KindCheckpoint, Checkpoint: cp}, l.head)
 	}
 	l.checkpointed(cp)
 	return nil
