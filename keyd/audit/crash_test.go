@@ -159,8 +159,13 @@ func TestTornTailNotACrash(t *testing.T) {
 	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
 		t.Error("Open changed the file it refused")
 	}
-	// The same without a signer, where Open reads the whole file.
-	if l, err := Open(path); err == nil {
+	// The same in a log without a signer, where Open reads the whole file.
+	unsigned := filepath.Join(t.TempDir(), "audit.log")
+	l = auditTestOpen(t, unsigned)
+	auditTestAppend(t, l, Record{Kind: KindStart})
+	l.Close()
+	writeLines(t, unsigned, append(fileLines(t, unsigned), "\x00\x00\n", lines[n-1]))
+	if l, err := Open(unsigned); err == nil {
 		l.Close()
 		t.Fatal("Open (no signer) cut a checkpoint as a torn tail")
 	} else if !strings.Contains(err.Error(), "not the trace of a crash") {

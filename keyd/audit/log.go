@@ -522,6 +522,11 @@ func (l *Log) load(created bool) (*openState, error) {
 			l.segTime = t
 		}
 	}
+	if l.pub == nil && isCheckpointLine(first) {
+		// Records appended without checkpoints after the daemon's stop
+		// checkpoint would make its next start refuse the log.
+		return nil, fmt.Errorf("audit log %s has signed checkpoints: only a writer with its signer may append to it", l.path)
+	}
 	v := verifier{file: filepath.Base(l.path), checkpoints: l.pub != nil, key: l.pub, anyStart: true}
 	v.seen = func(seq uint64, hash string, _ []byte) {
 		if st.tailFrom == 0 {

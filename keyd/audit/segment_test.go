@@ -307,3 +307,17 @@ func TestOpenReadsOnlyTheTail(t *testing.T) {
 		t.Errorf("Open read %d bytes more at 20 000 records than at 1 000", d)
 	}
 }
+
+// TestUnsignedOpenOfSignedLog: a writer without the signer must not append
+// to a signed log (its records would follow the stop checkpoint).
+func TestUnsignedOpenOfSignedLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	l := openWith(t, signedOptions(newTestClock()), path)
+	mustClose(t, l)
+	if l, err := Open(path); err == nil || !strings.Contains(err.Error(), "only a writer with its signer") {
+		if l != nil {
+			l.Close()
+		}
+		t.Fatalf("Open without a signer: %v", err)
+	}
+}
