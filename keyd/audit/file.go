@@ -109,17 +109,27 @@ func (l *Log) extend(need int64) error {
 	for end < need {
 		end += l.o.Preallocate
 	}
+	// On failure, the zeros written so far are cut; if even that fails
+	// they stay, counted as ours (zeros are what readers stop at anyway),
+	// so that the next write does not take them for someone else's.
+	fail := func(err error) error {
+		if l.f.Truncate(l.end) != nil {
+			var st unix.Stat_t
+			if unix.Fstat(int(l.f.Fd()), &st) == nil && st.Size > l.end {
+				l.end = st.Size
+			}
+		}
+		return err
+	}
 	for off := l.end; off < end; {
 		n := min(int64(len(zeros)), end-off)
 		if _, err := pwrite(l.f, zeros[:n], off); err != nil {
-			l.f.Truncate(l.end)
-			return err
+			return fail(err)
 		}
 		off += n
 	}
 	if err := l.f.Sync(); err != nil {
-		l.f.Truncate(l.end)
-		return err
+		return fail(err)
 	}
 	l.syncs.Add(1)
 	l.end = end
