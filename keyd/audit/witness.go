@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -448,4 +449,60 @@ func (s *subscribers) closeAll() {
 		delete(s.m, ch)
 		close(ch)
 	}
+}
+
+// Keeper keeps the latest checkpoint of a log in a file, for an approver
+// (or anyone outside the daemon's reach) that receives checkpoints as the
+// daemon makes them. Keep refuses, and leaves the file as it is, a
+// checkpoint that does not verify under the principal key or that
+// contradicts the one kept (an older seq, another hash at the same seq,
+// another log): that is a daemon showing a rolled-back, rewritten or
+// replaced log, and the error says so.
+type Keeper struct{ Path string }
+
+// Latest returns the checkpoint kept, or nil.
+func (k Keeper) Latest() (*Checkpoint, error) { return LatestCheckpoint(k.Path) }
+
+// Keep verifies cp under key and keeps it when it is newer than the one
+// kept. The file is replaced atomically and fsynced.
+func (k Keeper) Keep(cp *Checkpoint, key ed25519.PublicKey) error {
+	if key == nil {
+		return fmt.Errorf("%w: no key to check it against", ErrCheckpoint)
+	}
+	if err := cp.Verify(key); err != nil {
+		return err
+	}
+	kept, err := k.Latest()
+	if err != nil {
+		return err
+	}
+	if kept != nil {
+		if err := Consistent(kept, cp); err != nil {
+			return err
+		}
+		if cp.Seq == kept.Seq {
+			return nil
+		}
+	}
+	tmp := k.Path + ".tmp"
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(cp.Marshal(), '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, k.Path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("keep checkpoint: %w", err)
+	}
+	return syncDir(filepath.Dir(k.Path))
 }

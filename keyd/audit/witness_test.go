@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -106,5 +107,44 @@ func TestFileWitnessLatest(t *testing.T) {
 	os.WriteFile(w.Path, []byte("garbage\n"), 0o600)
 	if _, err := w.Latest(t.Context()); err == nil {
 		t.Error("garbage read as a checkpoint")
+	}
+}
+
+// TestKeeper: an approver keeping the latest checkpoint notices a daemon
+// that shows it a rolled-back or rewritten log, and keeps what it had.
+func TestKeeper(t *testing.T) {
+	k := Keeper{Path: filepath.Join(t.TempDir(), "latest")}
+	pub := testPub("daemon")
+	a := testCheckpoint(t)
+	if err := k.Keep(a, pub); err != nil {
+		t.Fatal(err)
+	}
+	b := *a
+	b.Seq, b.Hash = a.Seq+5, lineHash([]byte("later"))
+	signCheckpoint(&b, testKey("daemon"))
+	if err := k.Keep(&b, pub); err != nil {
+		t.Fatal(err)
+	}
+	for name, cp := range map[string]*Checkpoint{"older": a, "forged": func() *Checkpoint {
+		c := b
+		c.Seq++
+		return &c
+	}(), "rewritten": func() *Checkpoint {
+		c := b
+		c.Hash = lineHash([]byte("other"))
+		signCheckpoint(&c, testKey("daemon"))
+		return &c
+	}(), "other-key": func() *Checkpoint {
+		c := b
+		c.Seq++
+		signCheckpoint(&c, testKey("attacker"))
+		return &c
+	}()} {
+		if err := k.Keep(cp, pub); !errors.Is(err, ErrCheckpoint) {
+			t.Errorf("%s: Keep = %v", name, err)
+		}
+	}
+	if got, _ := k.Latest(); *got != b {
+		t.Errorf("kept %+v, want %+v", got, b)
 	}
 }
