@@ -68,17 +68,34 @@ func cmdRC(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// scriptClock moves a second on each reading, from a fixed time.
+// scriptClock tells the time from the log's head: a second a record after
+// a fixed time, so that the log is the same bytes in every run, whenever
+// its writer reads the clock (a checkpoint or a new segment after a record
+// is written, a tick).
 type scriptClock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu   sync.Mutex
+	log  *audit.Log
+	seq  uint64 // the head when no log is open
+	base time.Time
 }
 
 func (c *scriptClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.t = c.t.Add(time.Second)
-	return c.t
+	seq := c.seq
+	if c.log != nil {
+		seq = c.log.Head().Seq
+	}
+	return c.base.Add(time.Duration(seq) * time.Second)
+}
+
+func (c *scriptClock) use(l *audit.Log) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.log != nil {
+		c.seq = c.log.Head().Seq + 1
+	}
+	c.log = l
 }
 
 type zeros struct{}
@@ -115,15 +132,23 @@ func cmdMklog(ts *testscript.TestScript, neg bool, args []string) {
 	key := scriptKey(*keyName)
 	pub := audit.FormatKey(key.Public().(ed25519.PublicKey))
 	ts.Check(os.WriteFile(filepath.Join(dir, "principal.pub"), []byte(pub+"\n"), 0o644))
-	clock := &scriptClock{t: time.Date(2030, 5, 6, 7, 0, 0, 0, time.UTC)}
+	clock := &scriptClock{base: time.Date(2030, 5, 6, 7, 0, 0, 0, time.UTC)}
 	o := audit.Options{Signer: key, Now: clock.Now, Rand: zeros{}, SegmentSize: *segment, CheckpointEvery: 1e6, CheckpointInterval: 24 * time.Hour}
 	if *witness != "" {
 		o.Witnesses = []audit.Witness{audit.FileWitness{Path: ts.MkAbs(*witness)}}
 	}
 	n := 0
 	for run := 0; run < *runs; run++ {
+		clock.use(nil)
 		l, err := o.Open(filepath.Join(dir, "audit.log"))
+		// A test binary forking meanwhile (another script's exec) holds
+		// the lock of the run before until its child execs.
+		for deadline := time.Now().Add(10 * time.Second); errors.Is(err, audit.ErrInUse) && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			l, err = o.Open(filepath.Join(dir, "audit.log"))
+		}
 		ts.Check(err)
+		clock.use(l)
 		app := func(r audit.Record) {
 			_, err := l.Append(r)
 			ts.Check(err)
