@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/keyd/peercred"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -27,20 +29,14 @@ type AuditSink interface {
 	Append(rec audit.Record) (uint64, error)
 }
 
-// Options configure a Server.
-type Options struct {
-	Config *Config
-	Policy *policies.Policy
-	// Signer holds the principal key. It is the only way the daemon uses
-	// the key, so a key service can replace the file key.
-	Signer crypto.Signer
-	Audit  AuditSink
-	// Logf receives operational messages (not audit records). Nil discards.
-	Logf func(format string, args ...any)
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// Identify returns the peer's identity; nil means peercred.Get. Tests
-	// leave it nil: identities come from the kernel.
+// serverOptions configure a Server; New fills them from Options.
+type serverOptions struct {
+	Config   *Config
+	Policy   *policies.Policy
+	Signer   crypto.Signer
+	Audit    AuditSink
+	Logf     func(format string, args ...any)
+	Now      func() time.Time
 	Identify func(*net.UnixConn) (peercred.Identity, error)
 }
 
@@ -68,9 +64,9 @@ type Server struct {
 	nconns    atomic.Int64
 }
 
-// NewServer returns a server ready to Serve. It refuses a missing signer,
+// newServer returns a server ready to Serve. It refuses a missing signer,
 // policy or audit sink: there is no allow-all default.
-func NewServer(o Options) (*Server, error) {
+func newServer(o serverOptions) (*Server, error) {
 	if o.Config == nil || o.Policy == nil || o.Signer == nil || o.Audit == nil {
 		return nil, errors.New("keyd: server needs a config, a policy, a signer and an audit log")
 	}
@@ -108,9 +104,9 @@ func NewServer(o Options) (*Server, error) {
 // Principal returns the principal's public key as "ed25519:…".
 func (s *Server) Principal() string { return s.principal }
 
-// Reload swaps in a new configuration and policy. Callers validate both
+// swap puts a new configuration and policy in force. Callers validate both
 // first; a nil argument keeps the current one.
-func (s *Server) Reload(cfg *Config, pol *policies.Policy) {
+func (s *Server) swap(cfg *Config, pol *policies.Policy) {
 	if cfg != nil {
 		s.cfg.Store(cfg)
 	}
@@ -122,14 +118,16 @@ func (s *Server) Reload(cfg *Config, pol *policies.Policy) {
 // Subscribe registers a human channel for pending-request news.
 func (s *Server) Subscribe(n Notifier) (cancel func()) { return s.queue.subscribe(n) }
 
-// Decide approves or denies a pending request from a channel outside the
-// socket (the phone page). The caller vouches for the approver and channel.
-func (s *Server) Decide(id string, approve bool, match string, a Approval) error {
-	return s.queue.decide(id, approve, match, a)
+// Decide approves or denies a pending request for the paired phone named
+// device: the phone page, which has authenticated the device and checked
+// that the request came from another machine, calls it. The approval is
+// recorded as strong, on the phone channel.
+func (s *Server) Decide(id string, approve bool, match, device string) error {
+	return s.queue.decide(id, approve, match, Approval{Approver: "phone:" + device, Channel: "phone"})
 }
 
 // Pending lists the waiting requests.
-func (s *Server) Pending() []PendingView { return s.queue.list() }
+func (s *Server) Pending() []protocol.PendingView { return s.queue.list() }
 
 // Serve accepts connections on ln until ln is closed or Shutdown is called.
 func (s *Server) Serve(ln net.Listener) error {
@@ -189,7 +187,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		ln.Close()
 	}
 	s.mu.Unlock()
-	s.queue.drain(Approval{Code: CodeUnavailable, Reason: "the daemon is shutting down"})
+	s.queue.drain(Approval{Code: protocol.CodeUnavailable, Reason: "the daemon is shutting down"})
 	s.mu.Lock()
 	for c := range s.conns {
 		c.cancel()
@@ -225,7 +223,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // reads its replies, so that every handler keeps its frame while its reply
 // waits to be written. Past the cap the daemon stops reading that connection
 // until its handlers finish.
-const maxInflightBytes = 2 * MaxFrame
+const maxInflightBytes = 2 * protocol.MaxFrame
 
 // maxInflight caps concurrent requests on one connection. Attack: a client
 // pipelining thousands of frames to make the daemon hold thousands of
@@ -252,7 +250,7 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	cfg := s.cfg.Load()
 	if n := s.nconns.Add(1); n > int64(cfg.MaxConnections) {
 		s.nconns.Add(-1)
-		s.writeRefusal(nc, &Error{Code: CodeLimit, Message: "the daemon has too many open connections", Retry: 1})
+		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeLimit, Message: "the daemon has too many open connections", Retry: 1})
 		return
 	}
 	defer s.nconns.Add(-1)
@@ -262,12 +260,12 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	id, err := s.identify(nc)
 	if err != nil {
 		s.logf("peer credentials: %v", err)
-		s.writeRefusal(nc, &Error{Code: CodeInternal, Message: "could not read the peer's credentials"})
+		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeInternal, Message: "could not read the peer's credentials"})
 		return
 	}
 	roles := cfg.roles(id)
 	if !roles.Agent && !roles.Approver {
-		s.writeRefusal(nc, &Error{Code: CodeUnauthorized,
+		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeUnauthorized,
 			Message: fmt.Sprintf("user %s (uid %d) may not use parley-keyd", id.User, id.UID),
 			Fix:     "an admin adds the user to access.agent_users or access.approver_users in the daemon's configuration"})
 		return
@@ -276,7 +274,7 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	// approvers can no longer connect. Each uid gets a share; the global
 	// cap stays for everyone else.
 	if !s.claimUID(id.UID, cfg.MaxConnectionsPerUser) {
-		s.writeRefusal(nc, &Error{Code: CodeLimit, Message: fmt.Sprintf("user %s has too many open connections", id.User), Retry: 1})
+		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeLimit, Message: fmt.Sprintf("user %s has too many open connections", id.User), Retry: 1})
 		return
 	}
 	defer s.releaseUID(id.UID)
@@ -322,24 +320,24 @@ func (s *Server) releaseUID(uid uint32) {
 
 // writeRefusal answers a connection that will not be served with one ERROR
 // frame and nothing else.
-func (s *Server) writeRefusal(nc net.Conn, e *Error) {
-	b, err := encodeFrame(errorFrame("", e))
+func (s *Server) writeRefusal(nc net.Conn, e *protocol.Error) {
+	b, err := protocol.EncodeFrame(errorFrame("", e))
 	if err == nil {
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
 		nc.Write(b)
 	}
 }
 
-func errorFrame(re string, e *Error) *Frame {
-	return &Frame{Kind: KindError, ID: "e" + re, Re: re, Code: e.Code, Message: e.Message, Fix: e.Fix, Retry: e.Retry, Rule: e.Rule}
+func errorFrame(re string, e *protocol.Error) *protocol.Frame {
+	return &protocol.Frame{Kind: protocol.KindError, ID: "e" + re, Re: re, Code: e.Code, Message: e.Message, Fix: e.Fix, Retry: e.Retry, Rule: e.Rule}
 }
 
 func (c *conn) readLoop() {
-	fr := newFrameReader(c.nc)
+	fr := protocol.NewFrameReader(c.nc)
 	for {
-		line, err := fr.next()
-		if errors.Is(err, errFrameTooLarge) {
-			c.send(errorFrame("", &Error{Code: CodeBadFrame, Message: "the frame is larger than 1 MiB and was skipped"}))
+		line, err := fr.Next()
+		if errors.Is(err, protocol.ErrFrameTooLarge) {
+			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is larger than 1 MiB and was skipped"}))
 			continue
 		}
 		if err != nil {
@@ -351,34 +349,34 @@ func (c *conn) readLoop() {
 		if len(line) == 0 {
 			continue
 		}
-		var f Frame
+		var f protocol.Frame
 		if err := json.Unmarshal(line, &f); err != nil {
-			c.send(errorFrame("", &Error{Code: CodeBadFrame, Message: "the frame is not a JSON object: " + shortErr(err)}))
+			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is not a JSON object: " + shortErr(err)}))
 			continue
 		}
 		if f.ID == "" || len(f.ID) > 128 {
-			c.send(errorFrame("", &Error{Code: CodeBadFrame, Message: "the frame needs an \"id\" string of at most 128 bytes"}))
+			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame needs an \"id\" string of at most 128 bytes"}))
 			continue
 		}
-		if f.Parley != Version {
-			c.send(errorFrame(f.ID, &Error{Code: CodeBadFrame, Message: fmt.Sprintf("the frame must carry \"parley\": %d", Version)}))
+		if f.Parley != protocol.Version {
+			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("the frame must carry \"parley\": %d", protocol.Version)}))
 			continue
 		}
 		h := c.s.handler(f.Verb)
 		if h == nil {
-			c.send(errorFrame(f.ID, &Error{Code: CodeBadFrame, Message: fmt.Sprintf("unknown verb %q", f.Verb),
+			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("unknown verb %q", f.Verb),
 				Fix: "send HELLO to list the verbs"}))
 			continue
 		}
 		if !c.claimID(f.ID) {
-			c.send(errorFrame(f.ID, &Error{Code: CodeBadFrame, Message: fmt.Sprintf("id %q is already in use on this connection", f.ID)}))
+			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("id %q is already in use on this connection", f.ID)}))
 			continue
 		}
 		select {
 		case c.sem <- struct{}{}:
 		default:
 			c.releaseID(f.ID)
-			c.send(errorFrame(f.ID, &Error{Code: CodeLimit, Message: "too many requests in flight on this connection", Retry: 1}))
+			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeLimit, Message: "too many requests in flight on this connection", Retry: 1}))
 			continue
 		}
 		size := int64(len(line))
@@ -388,7 +386,7 @@ func (c *conn) readLoop() {
 			return
 		}
 		c.handlers.Add(1)
-		go func(f Frame) {
+		go func(f protocol.Frame) {
 			defer c.handlers.Done()
 			defer c.bytes.Release(size)
 			defer func() { <-c.sem }()
@@ -398,15 +396,15 @@ func (c *conn) readLoop() {
 				// answers "internal" and the connection lives on.
 				if r := recover(); r != nil {
 					c.s.logf("panic in %s: %v", f.Verb, r)
-					c.send(errorFrame(f.ID, &Error{Code: CodeInternal, Message: "the daemon failed to handle the request"}))
+					c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}))
 				}
 			}()
 			reply, err := h(c, &f)
 			if err != nil {
-				var e *Error
+				var e *protocol.Error
 				if !errors.As(err, &e) {
 					c.s.logf("%s from pid %d: %v", f.Verb, c.id.PID, err)
-					e = &Error{Code: CodeInternal, Message: "the daemon failed to handle the request"}
+					e = &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}
 				}
 				reply = errorFrame(f.ID, e)
 			}
@@ -443,10 +441,10 @@ func (c *conn) releaseID(id string) {
 
 // send writes one frame. Writes are serialized; a client that stops reading
 // is cut off after a deadline rather than blocking its handlers forever.
-func (c *conn) send(f *Frame) bool {
-	b, err := encodeFrame(f)
+func (c *conn) send(f *protocol.Frame) bool {
+	b, err := protocol.EncodeFrame(f)
 	if err != nil {
-		b, _ = encodeFrame(errorFrame(f.Re, &Error{Code: CodeInternal, Message: "the reply was too large to send"}))
+		b, _ = protocol.EncodeFrame(errorFrame(f.Re, &protocol.Error{Code: protocol.CodeInternal, Message: "the reply was too large to send"}))
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -465,7 +463,7 @@ func (c *conn) send(f *Frame) bool {
 // event sends a non-final EVENT reply for request re.
 func (c *conn) event(re, message string, data any) {
 	raw, _ := json.Marshal(data)
-	c.send(&Frame{Kind: KindEvent, ID: "v" + re, Re: re, Message: message, Data: raw})
+	c.send(&protocol.Frame{Kind: protocol.KindEvent, ID: "v" + re, Re: re, Message: message, Data: raw})
 }
 
 func shortErr(err error) string {

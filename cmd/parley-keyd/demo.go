@@ -16,6 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
@@ -96,12 +99,7 @@ func runDemo(state string, yes bool) error {
 		return err
 	}
 	defer signer.Close()
-	alog, err := audit.Open(filepath.Join(state, "audit.log"))
-	if err != nil {
-		return err
-	}
-	defer alog.Close()
-	srv, err := keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: signer, Audit: alog})
+	d, err := keyd.New(keyd.Options{Config: cfg, Policy: pol, State: state, Signer: signer})
 	if err != nil {
 		return err
 	}
@@ -109,11 +107,12 @@ func runDemo(state string, yes bool) error {
 	if err != nil {
 		return err
 	}
-	go srv.Serve(ln)
+	runCtx, stopDaemon := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(runCtx, ln) }()
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
+		stopDaemon()
+		<-ran
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -125,7 +124,7 @@ func runDemo(state string, yes bool) error {
 	agentPub := grant.FormatPublicKey(agentKey.Public().(ed25519.PublicKey))
 
 	step(1, "The agent connects and asks what it may do", "parley-grant status")
-	agent, err := keyd.Dial(sock)
+	agent, err := client.Dial(sock)
 	if err != nil {
 		return err
 	}
@@ -146,24 +145,24 @@ func runDemo(state string, yes bool) error {
 	fmt.Printf("   issued by rule %q: grant %s, expires %s\n   token: %s\n", res.Rule, res.GrantID, time.Unix(res.Expires, 0).UTC().Format(time.RFC3339), shorten(res.Token))
 
 	step(3, "A grant that needs you: the agent waits, showing a match code", "parley-grant issue --can mail.read --exp 10m; then parley-grant approve ID")
-	events := make(chan keyd.Event, 1)
+	events := make(chan protocol.Event, 1)
 	type outcome struct {
-		res *keyd.GrantResult
+		res *protocol.GrantResult
 		err error
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		r, err := agent.Grant(ctx, agentKey, []grant.Caveat{grant.Can("mail.read"), grant.Exp(time.Now().Add(10 * time.Minute).Unix())}, func(e keyd.Event) { events <- e })
+		r, err := agent.Grant(ctx, agentKey, []grant.Caveat{grant.Can("mail.read"), grant.Exp(time.Now().Add(10 * time.Minute).Unix())}, func(e protocol.Event) { events <- e })
 		done <- outcome{r, err}
 	}()
-	var ev keyd.Event
+	var ev protocol.Event
 	select {
 	case ev = <-events:
 	case o := <-done:
 		return fmt.Errorf("the request ended before it waited for you: %v", o.err)
 	}
 	fmt.Printf("   [agent's terminal] waiting for approval of %s — match code %s\n", ev.Request, ev.Code)
-	human, err := keyd.Dial(sock)
+	human, err := client.Dial(sock)
 	if err != nil {
 		return err
 	}
@@ -227,7 +226,7 @@ func runDemo(state string, yes bool) error {
 		if c.verb == "COMMIT" {
 			vctx.Proposal = &grant.ProposalFacts{Hash: "demo", Risk: "low"}
 		}
-		_, err := grant.Verify([]string{c.token}, []string{srv.Principal()}, vctx)
+		_, err := grant.Verify([]string{c.token}, []string{d.Principal()}, vctx)
 		verdict := "authorized"
 		if err != nil {
 			verdict = "refused: " + err.Error()

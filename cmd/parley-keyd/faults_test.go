@@ -16,11 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
-	"github.com/parley-keyd/parley-keyd/keyd"
 )
 
 // These tests break the daemon while agents use it: kill -9 at random points
@@ -72,7 +74,7 @@ func TestFaultAgentHelper(t *testing.T) {
 	// refused prints a refusal and reports whether the daemon is still
 	// there to ask again.
 	refused := func(err error) bool {
-		var e *keyd.Error
+		var e *protocol.Error
 		if !errors.As(err, &e) {
 			return false
 		}
@@ -86,7 +88,7 @@ func TestFaultAgentHelper(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c, err := keyd.Dial(sock)
+				c, err := client.Dial(sock)
 				if err != nil {
 					return
 				}
@@ -105,7 +107,7 @@ func TestFaultAgentHelper(t *testing.T) {
 		wg.Wait()
 		os.Exit(0)
 	case "flood":
-		c, err := keyd.Dial(sock)
+		c, err := client.Dial(sock)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
@@ -115,7 +117,7 @@ func TestFaultAgentHelper(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				_, err := c.Grant(context.Background(), key, []grant.Caveat{grant.Can(fmt.Sprintf("mail.read%d", i))},
-					func(e keyd.Event) { say("waiting %s", e.Request) })
+					func(e protocol.Event) { say("waiting %s", e.Request) })
 				if err == nil {
 					say("grant")
 				} else {
@@ -492,7 +494,7 @@ pending = 3
 	// The other agent is served: by policy at once, and by the human.
 	e.as(e.agent, 0, "parley-grant", "issue", "--key", e.agentK, "--svc", "cal.example", "--can", "calendar.*", "--exp", "30m")
 	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--key", e.agentK, "--can", "mail.read")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", keyd.SocketEnv + "=" + e.sock}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock}
 	errb := &syncBuffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {

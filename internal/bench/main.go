@@ -41,10 +41,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/keyd"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,6 +62,7 @@ type options struct {
 	duration                                    time.Duration
 	verifyTime                                  string
 	verify                                      bool
+	signers                                     string
 	startup                                     string // record counts for the start-up figures (startup.go)
 }
 
@@ -96,7 +98,9 @@ type Figures struct {
 	// write and fsync during the throughput run: the records of one group
 	// commit share their time stamp.
 	AuditBatch float64
-	Startup    []startupRow // start-up against the audit log's length
+	// Signers are the GRANT figures through each key backend (-signers).
+	Signers []signerRow  `json:",omitempty"`
+	Startup []startupRow // start-up against the audit log's length
 }
 
 func run() error {
@@ -114,6 +118,7 @@ func run() error {
 	flag.IntVar(&o.conns, "conns", 1000, "idle connections for the memory figure")
 	flag.StringVar(&o.verifyTime, "verify-benchtime", "1s", "-benchtime of grant's verification benchmarks")
 	flag.BoolVar(&o.verify, "verify", true, "run grant's verification benchmarks")
+	flag.StringVar(&o.signers, "signers", "", `key backends too: "also" after the main figures, "only" for them alone (needs SoftHSM2)`)
 	flag.StringVar(&o.startup, "startup", "1000,100000,1000000", "audit log lengths for the start-up figures (empty: none)")
 	flag.Parse()
 
@@ -142,6 +147,11 @@ func run() error {
 		if bin, err = buildKeyd(dir); err != nil {
 			return err
 		}
+	}
+	if o.signers == "only" {
+		rows, err := measureSigners(o, bin, dir)
+		reportSigners(os.Stdout, rows)
+		return err
 	}
 	state, sock, err := initState(bin, dir)
 	if err != nil {
@@ -249,6 +259,12 @@ func run() error {
 			return err
 		}
 	}
+	if o.signers == "also" {
+		step("key backends")
+		if fig.Signers, err = measureSigners(o, bin, dir); err != nil {
+			return err
+		}
+	}
 	if sizes, err := parseSizes(o.startup); err != nil {
 		return err
 	} else if fig.Startup, err = measureStartup(bin, dir, sizes, 9); err != nil {
@@ -258,6 +274,7 @@ func run() error {
 	fig.ThroughputRatio = fig.KeydThroughput.PerSec / fig.SSHThroughput.PerSec
 
 	report(os.Stdout, &fig)
+	reportSigners(os.Stdout, fig.Signers)
 	reportStartup(os.Stdout, fig.Startup)
 	if o.jsonOut != "" {
 		b, err := json.MarshalIndent(&fig, "", "  ")
@@ -279,7 +296,7 @@ func step(format string, args ...any) {
 // asking for a calendar grant the bench policy issues at once.
 func keydClients(sock string, n int) ([]op, func(), error) {
 	var ops []op
-	var clients []*keyd.Client
+	var clients []*client.Client
 	closeAll := func() {
 		for _, c := range clients {
 			c.Close()
@@ -288,7 +305,7 @@ func keydClients(sock string, n int) ([]op, func(), error) {
 	exp := time.Now().Unix() + 3600
 	cavs := []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find"), grant.Exp(exp)}
 	for i := 0; i < n; i++ {
-		c, err := keyd.Dial(sock)
+		c, err := client.Dial(sock)
 		if err != nil {
 			closeAll()
 			return nil, nil, err

@@ -1,4 +1,4 @@
-package notify
+package phone
 
 import (
 	"crypto/ecdsa"
@@ -48,10 +48,10 @@ type CertInfo struct {
 	Made bool
 }
 
-// PhoneHosts returns the hosts the phone page's certificate must name: the
+// Hosts returns the hosts the phone page's certificate must name: the
 // host of url, and the host of listen unless it is empty or unspecified
 // (0.0.0.0, ::).
-func PhoneHosts(listen, baseURL string) ([]string, error) {
+func Hosts(listen, baseURL string) ([]string, error) {
 	var hosts []string
 	add := func(h string) {
 		if h == "" {
@@ -87,11 +87,11 @@ func PhoneHosts(listen, baseURL string) ([]string, error) {
 	return hosts, nil
 }
 
-// EnsurePhoneCert returns the phone page's certificate from the state folder
+// EnsureCert returns the phone page's certificate from the state folder
 // dir, making a new self-signed ECDSA P-256 one when there is none, when it
 // has expired or expires within a day, or when it does not name every host.
 // The private key is written 0600, the certificate 0644, both owned like dir.
-func EnsurePhoneCert(dir string, hosts []string, now time.Time) (tls.Certificate, CertInfo, error) {
+func EnsureCert(dir string, hosts []string, now time.Time) (tls.Certificate, CertInfo, error) {
 	// The daemon starting and `parley-keyd pair` may both find no
 	// certificate: the lock makes one of them make it and the other use it.
 	unlock, err := lockState(dir)
@@ -99,7 +99,7 @@ func EnsurePhoneCert(dir string, hosts []string, now time.Time) (tls.Certificate
 		return tls.Certificate{}, CertInfo{}, err
 	}
 	defer unlock()
-	cert, info, err := LoadPhoneCert(dir)
+	cert, info, err := LoadCert(dir)
 	switch {
 	case err == nil && certFits(cert.Leaf, hosts, now):
 		return cert, info, nil
@@ -109,14 +109,14 @@ func EnsurePhoneCert(dir string, hosts []string, now time.Time) (tls.Certificate
 	if err := makePhoneCert(dir, hosts, now); err != nil {
 		return tls.Certificate{}, CertInfo{}, err
 	}
-	cert, info, err = LoadPhoneCert(dir)
+	cert, info, err = LoadCert(dir)
 	info.Made = true
 	return cert, info, err
 }
 
-// LoadPhoneCert reads the phone page's certificate and key from the state
+// LoadCert reads the phone page's certificate and key from the state
 // folder dir. It reports fs.ErrNotExist when either file is missing.
-func LoadPhoneCert(dir string) (tls.Certificate, CertInfo, error) {
+func LoadCert(dir string) (tls.Certificate, CertInfo, error) {
 	certPath, keyPath := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
 	cert, err := tls.LoadX509KeyPair(certPath, keyPath)
 	if err != nil {

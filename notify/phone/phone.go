@@ -1,4 +1,4 @@
-package notify
+package phone
 
 import (
 	"context"
@@ -18,19 +18,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
-// Requests is what the phone page needs from the daemon; *keyd.Server has it.
+// Requests is what the phone page needs from the daemon.
 type Requests interface {
-	Pending() []keyd.PendingView
-	Decide(id string, approve bool, match string, a keyd.Approval) error
+	// Pending lists the waiting requests, as the daemon rendered them.
+	Pending() []protocol.PendingView
+	// Decide approves or denies request id for the paired device named
+	// device, with the match code the human typed. The daemon records the
+	// decision as made on the phone channel.
+	Decide(id string, approve bool, match, device string) error
 }
 
-var _ Requests = (*keyd.Server)(nil)
-
-// PhoneOptions configure a Phone.
-type PhoneOptions struct {
+// Options configure a Phone.
+type Options struct {
 	// Requests is the daemon whose waiting requests the page shows.
 	Requests Requests
 	// Listen is the host:port to listen on (keyd.Config.Phone.Listen).
@@ -56,7 +58,7 @@ type PhoneOptions struct {
 // page's own; and it comes from an address that is not one of this host's
 // (loopback included). The last makes the phone a strong channel: an agent
 // on this machine can read the page but cannot approve from here.
-type Phone struct {
+type Page struct {
 	reqs    Requests
 	devices *Devices
 	origin  string
@@ -108,12 +110,12 @@ const deviceCookieAge = 400 * 24 * time.Hour
 // addresses.
 const RefusedLocal = "approvals from this machine are not accepted; use your phone"
 
-//go:embed phone_templates/*.html phone_templates/phone.css
+//go:embed templates/*.html templates/phone.css
 var phoneFiles embed.FS
 
-// NewPhone makes the phone page, creating its certificate in the state
+// New makes the phone page, creating its certificate in the state
 // folder when needed. It does not listen yet; see Start or Handler.
-func NewPhone(o PhoneOptions) (*Phone, error) {
+func New(o Options) (*Page, error) {
 	if o.Requests == nil || o.State == "" || o.URL == "" {
 		return nil, errors.New("notify: the phone page needs the daemon, the state folder and its URL")
 	}
@@ -121,11 +123,11 @@ func NewPhone(o PhoneOptions) (*Phone, error) {
 	if err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
 		return nil, fmt.Errorf("the phone page's URL %q must be https://HOST:PORT with no path", o.URL)
 	}
-	hosts, err := PhoneHosts(o.Listen, o.URL)
+	hosts, err := Hosts(o.Listen, o.URL)
 	if err != nil {
 		return nil, err
 	}
-	p := &Phone{
+	p := &Page{
 		reqs:    o.Requests,
 		devices: OpenDevices(o.State),
 		origin:  originOf(u),
@@ -142,14 +144,14 @@ func NewPhone(o PhoneOptions) (*Phone, error) {
 	if p.now == nil {
 		p.now = time.Now
 	}
-	p.cert, p.info, err = EnsurePhoneCert(o.State, hosts, p.now())
+	p.cert, p.info, err = EnsureCert(o.State, hosts, p.now())
 	if err != nil {
 		return nil, err
 	}
 	if p.info.Made {
 		p.logf("phone page: made a new certificate for %s, SHA-256 %s", strings.Join(p.info.Hosts, ", "), p.info.Fingerprint)
 	}
-	p.tmpl, err = template.ParseFS(phoneFiles, "phone_templates/*.html")
+	p.tmpl, err = template.ParseFS(phoneFiles, "templates/*.html")
 	if err != nil {
 		return nil, err
 	}
@@ -170,11 +172,11 @@ func originOf(u *url.URL) string {
 }
 
 // Cert describes the page's certificate.
-func (p *Phone) Cert() CertInfo { return p.info }
+func (p *Page) Cert() CertInfo { return p.info }
 
 // Start listens on the configured address and serves the page over TLS in
 // the background until Close.
-func (p *Phone) Start() error {
+func (p *Page) Start() error {
 	ln, err := net.Listen("tcp", p.listen)
 	if err != nil {
 		return fmt.Errorf("phone page: %w", err)
@@ -185,7 +187,7 @@ func (p *Phone) Start() error {
 
 // Serve serves the page over TLS on ln in the background until Close. Call
 // it once, instead of Start.
-func (p *Phone) Serve(ln net.Listener) {
+func (p *Page) Serve(ln net.Listener) {
 	p.ln = &limitListener{Listener: ln, sem: make(chan struct{}, maxPhoneConns)}
 	p.srv = &http.Server{
 		Handler: p.Handler(),
@@ -208,7 +210,7 @@ func (p *Phone) Serve(ln net.Listener) {
 }
 
 // Addr is the address the page listens on, once started.
-func (p *Phone) Addr() net.Addr {
+func (p *Page) Addr() net.Addr {
 	if p.ln == nil {
 		return nil
 	}
@@ -216,7 +218,7 @@ func (p *Phone) Addr() net.Addr {
 }
 
 // Close stops the page, giving open requests a few seconds to finish.
-func (p *Phone) Close() error {
+func (p *Page) Close() error {
 	if p.srv == nil {
 		return nil
 	}
@@ -228,9 +230,9 @@ func (p *Phone) Close() error {
 	return nil
 }
 
-// StartPhone makes the phone page and starts serving it.
-func StartPhone(o PhoneOptions) (*Phone, error) {
-	p, err := NewPhone(o)
+// Start makes the phone page and starts serving it.
+func Start(o Options) (*Page, error) {
+	p, err := New(o)
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +312,7 @@ var requestIDRE = regexp.MustCompile(`^r_[a-z0-9]{1,32}$`)
 
 // Handler serves the phone page's routes. Start serves it over TLS; tests
 // may serve it themselves.
-func (p *Phone) Handler() http.Handler {
+func (p *Page) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.index)
 	mux.HandleFunc("GET /pair", p.pairPage)
@@ -318,7 +320,7 @@ func (p *Phone) Handler() http.Handler {
 	mux.HandleFunc("GET /r/{id}", p.requestPage)
 	mux.HandleFunc("POST /r/{id}/decide", p.decide)
 	mux.HandleFunc("GET /static/phone.css", func(w http.ResponseWriter, r *http.Request) {
-		b, _ := phoneFiles.ReadFile("phone_templates/phone.css")
+		b, _ := phoneFiles.ReadFile("templates/phone.css")
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
 		w.Header().Set("Cache-Control", "max-age=3600")
 		w.Write(b)
@@ -359,12 +361,12 @@ type page struct {
 	Back      bool
 	Name      string
 	Token     string
-	View      keyd.PendingView
+	View      protocol.PendingView
 	Remaining string
-	Requests  []keyd.PendingView
+	Requests  []protocol.PendingView
 }
 
-func (p *Phone) render(w http.ResponseWriter, status int, name string, pg page) {
+func (p *Page) render(w http.ResponseWriter, status int, name string, pg page) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	var b strings.Builder
 	if err := p.tmpl.ExecuteTemplate(&b, name, pg); err != nil {
@@ -376,12 +378,12 @@ func (p *Phone) render(w http.ResponseWriter, status int, name string, pg page) 
 	io.WriteString(w, b.String())
 }
 
-func (p *Phone) message(w http.ResponseWriter, status int, kind, heading string, lines ...string) {
+func (p *Page) message(w http.ResponseWriter, status int, kind, heading string, lines ...string) {
 	p.render(w, status, "message", page{Heading: heading, Kind: kind, Lines: lines})
 }
 
 // device returns the paired device of r, and renews its cookie.
-func (p *Phone) device(w http.ResponseWriter, r *http.Request) (Device, bool) {
+func (p *Page) device(w http.ResponseWriter, r *http.Request) (Device, bool) {
 	c, err := r.Cookie(DeviceCookie)
 	if err != nil {
 		return Device{}, false
@@ -397,7 +399,7 @@ func (p *Phone) device(w http.ResponseWriter, r *http.Request) (Device, bool) {
 	return dev, ok
 }
 
-func (p *Phone) setCookie(w http.ResponseWriter, cred string) {
+func (p *Page) setCookie(w http.ResponseWriter, cred string) {
 	http.SetCookie(w, &http.Cookie{
 		Name: DeviceCookie, Value: cred, Path: "/",
 		MaxAge: int(deviceCookieAge / time.Second),
@@ -408,14 +410,14 @@ func (p *Phone) setCookie(w http.ResponseWriter, cred string) {
 	})
 }
 
-func (p *Phone) notPaired(w http.ResponseWriter) {
+func (p *Page) notPaired(w http.ResponseWriter) {
 	p.message(w, http.StatusForbidden, "bad", "This phone is not paired",
 		"Pair it first: on the computer, the admin runs “parley-keyd pair” and you scan the code it shows. If you just did, type the four-digit code this phone showed where “parley-keyd pair” is waiting.")
 }
 
 // phoneRequests lists the waiting requests that the phone may decide.
-func (p *Phone) phoneRequests() []keyd.PendingView {
-	var out []keyd.PendingView
+func (p *Page) phoneRequests() []protocol.PendingView {
+	var out []protocol.PendingView
 	for _, v := range p.reqs.Pending() {
 		if slices.Contains(v.Channels, "phone") {
 			out = append(out, v)
@@ -424,7 +426,7 @@ func (p *Phone) phoneRequests() []keyd.PendingView {
 	return out
 }
 
-func (p *Phone) index(w http.ResponseWriter, r *http.Request) {
+func (p *Page) index(w http.ResponseWriter, r *http.Request) {
 	dev, ok := p.device(w, r)
 	if !ok {
 		p.notPaired(w)
@@ -436,7 +438,7 @@ func (p *Phone) index(w http.ResponseWriter, r *http.Request) {
 // pairPage shows what opening a pairing link does, with a button that
 // pairs. Opening the link alone changes nothing: a link previewer or
 // prefetcher that fetches it must not use up the one-time token.
-func (p *Phone) pairPage(w http.ResponseWriter, r *http.Request) {
+func (p *Page) pairPage(w http.ResponseWriter, r *http.Request) {
 	token := r.URL.Query().Get("t")
 	name, ok := p.devices.pairingName(token, p.now())
 	if !ok {
@@ -447,7 +449,7 @@ func (p *Phone) pairPage(w http.ResponseWriter, r *http.Request) {
 	p.render(w, http.StatusOK, "pair", page{Heading: "Pair this phone", Name: name, Token: token})
 }
 
-func (p *Phone) pair(w http.ResponseWriter, r *http.Request) {
+func (p *Page) pair(w http.ResponseWriter, r *http.Request) {
 	if msg := p.refuseForged(r); msg != "" {
 		p.logf("phone page: refused a pairing from %s (origin %q): %s", r.RemoteAddr, truncate(r.Header.Get("Origin"), 80), msg)
 		p.message(w, http.StatusForbidden, "bad", "Refused", msg)
@@ -480,7 +482,7 @@ func (p *Phone) pair(w http.ResponseWriter, r *http.Request) {
 			"Until then it can approve nothing. Then, when an agent asks for something that may be approved here, scan the code it shows, or open the waiting requests."}})
 }
 
-func (p *Phone) findRequest(w http.ResponseWriter, id string) (keyd.PendingView, bool) {
+func (p *Page) findRequest(w http.ResponseWriter, id string) (protocol.PendingView, bool) {
 	if requestIDRE.MatchString(id) {
 		for _, v := range p.phoneRequests() {
 			if v.ID == id {
@@ -490,10 +492,10 @@ func (p *Phone) findRequest(w http.ResponseWriter, id string) (keyd.PendingView,
 	}
 	p.message(w, http.StatusNotFound, "bad", "Nothing to approve",
 		"No request "+truncate(id, 40)+" is waiting for the phone: it was approved, denied, withdrawn or timed out, or it may not be approved here.")
-	return keyd.PendingView{}, false
+	return protocol.PendingView{}, false
 }
 
-func (p *Phone) requestPage(w http.ResponseWriter, r *http.Request) {
+func (p *Page) requestPage(w http.ResponseWriter, r *http.Request) {
 	dev, ok := p.device(w, r)
 	if !ok {
 		p.notPaired(w)
@@ -519,7 +521,7 @@ func remaining(d time.Duration) string {
 	return fmt.Sprintf("%d min left", int(d.Round(time.Minute).Minutes()))
 }
 
-func (p *Phone) decide(w http.ResponseWriter, r *http.Request) {
+func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	refuse := func(msg string) {
 		p.logf("phone page: refused a decision on %q from %s (origin %q): %s", truncate(id, 40), r.RemoteAddr, truncate(r.Header.Get("Origin"), 80), msg)
@@ -565,8 +567,8 @@ func (p *Phone) decide(w http.ResponseWriter, r *http.Request) {
 		p.message(w, http.StatusBadRequest, "bad", "Nothing decided", "enter the code shown where the agent asked, then approve")
 		return
 	}
-	err := p.reqs.Decide(id, approve, code, keyd.Approval{Approver: "phone:" + dev.Name, Channel: "phone", Weak: false})
-	var ke *keyd.Error
+	err := p.reqs.Decide(id, approve, code, dev.Name)
+	var ke *protocol.Error
 	switch {
 	case err == nil && approve:
 		p.render(w, http.StatusOK, "message", page{Heading: "Approved", Kind: "ok", Device: dev.Name, Back: true,
@@ -574,10 +576,10 @@ func (p *Phone) decide(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		p.render(w, http.StatusOK, "message", page{Heading: "Denied", Kind: "bad", Device: dev.Name, Back: true,
 			Lines: []string{"Request " + id + " is denied."}})
-	case errors.As(err, &ke) && ke.Code == keyd.CodeDenied:
+	case errors.As(err, &ke) && ke.Code == protocol.CodeDenied:
 		p.render(w, http.StatusOK, "message", page{Heading: "Denied", Kind: "bad", Device: dev.Name, Back: true,
 			Lines: []string{"denied: the code did not match", "If the code on the computer differed, someone else's request may have raced yours."}})
-	case errors.As(err, &ke) && ke.Code == keyd.CodeNotFound:
+	case errors.As(err, &ke) && ke.Code == protocol.CodeNotFound:
 		p.render(w, http.StatusNotFound, "message", page{Heading: "Nothing to approve", Kind: "bad", Device: dev.Name, Back: true,
 			Lines: []string{"Request " + id + " is no longer waiting: it was decided elsewhere, withdrawn or timed out."}})
 	case errors.As(err, &ke):
@@ -590,7 +592,7 @@ func (p *Phone) decide(w http.ResponseWriter, r *http.Request) {
 }
 
 // refuseForged returns why r is not a same-origin form post, or "".
-func (p *Phone) refuseForged(r *http.Request) string {
+func (p *Page) refuseForged(r *http.Request) string {
 	// Browsers send Sec-Fetch-Site with every request; when present it
 	// must say the form came from the page itself.
 	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
@@ -615,7 +617,7 @@ func (p *Phone) refuseForged(r *http.Request) string {
 }
 
 // fromThisHost reports whether r came from one of this host's addresses.
-func (p *Phone) fromThisHost(r *http.Request) bool {
+func (p *Page) fromThisHost(r *http.Request) bool {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return true // fail closed
@@ -659,7 +661,7 @@ func localAddress(ip net.IP) bool {
 
 // issueToken returns a new one-time token for device to decide request,
 // valid until the request expires or pageTokenTTL passes.
-func (p *Phone) issueToken(device, request string, now, reqExpires time.Time) string {
+func (p *Page) issueToken(device, request string, now, reqExpires time.Time) string {
 	tok := randomToken()
 	exp := now.Add(pageTokenTTL)
 	if reqExpires.Before(exp) {
@@ -689,7 +691,7 @@ func (p *Phone) issueToken(device, request string, now, reqExpires time.Time) st
 // useToken consumes tok and reports whether it was issued to device for
 // request and has not expired. A token is gone after its first use, even a
 // failed one.
-func (p *Phone) useToken(tok, device, request string, now time.Time) bool {
+func (p *Page) useToken(tok, device, request string, now time.Time) bool {
 	if tok == "" || len(tok) > 128 {
 		return false
 	}

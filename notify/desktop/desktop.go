@@ -1,4 +1,4 @@
-package notify
+package desktop
 
 import (
 	"context"
@@ -13,10 +13,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/notify"
+
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/godbus/dbus/v5"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/keyd"
 )
 
 // The freedesktop notification service (Desktop Notifications Specification 1.2).
@@ -70,10 +74,10 @@ type Notification struct {
 	Expire int32
 }
 
-// DesktopEvent is a signal from the notification server about one of the
+// Event is a signal from the notification server about one of the
 // notifications: Action is set for ActionInvoked, Closed (with Reason) for
 // NotificationClosed.
-type DesktopEvent struct {
+type Event struct {
 	ID     uint32
 	Action string
 	Closed bool
@@ -88,16 +92,16 @@ type Desktop struct {
 	obj    dbus.BusObject
 	caps   []string
 	sigs   chan *dbus.Signal
-	events chan DesktopEvent
+	events chan Event
 
 	mu    sync.Mutex
 	owner string // the unique bus name of the notification server
 }
 
-// DialDesktop connects to the bus at address, or to the session bus when
+// Dial connects to the bus at address, or to the session bus when
 // address is empty (see SessionBusAddress), and returns a Desktop on that
 // connection. Close closes the connection.
-func DialDesktop(address string) (*Desktop, error) {
+func Dial(address string) (*Desktop, error) {
 	if address == "" {
 		var err error
 		if address, err = SessionBusAddress(); err != nil {
@@ -108,7 +112,7 @@ func DialDesktop(address string) (*Desktop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to the session bus: %w", err)
 	}
-	d, err := NewDesktop(conn)
+	d, err := New(conn)
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -133,15 +137,15 @@ func SessionBusAddress() (string, error) {
 	return "", errors.New("no session bus: neither DBUS_SESSION_BUS_ADDRESS nor $XDG_RUNTIME_DIR/bus is set")
 }
 
-// NewDesktop returns a Desktop on conn. It asks the notification server for
+// New returns a Desktop on conn. It asks the notification server for
 // its capabilities and subscribes to ActionInvoked and NotificationClosed, so
 // it fails when no notification server answers.
-func NewDesktop(conn *dbus.Conn) (*Desktop, error) {
+func New(conn *dbus.Conn) (*Desktop, error) {
 	d := &Desktop{
 		conn:   conn,
 		obj:    conn.Object(notifyName, notifyPath),
 		sigs:   make(chan *dbus.Signal, 64),
-		events: make(chan DesktopEvent, 64),
+		events: make(chan Event, 64),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -203,7 +207,7 @@ func (d *Desktop) CloseNotification(id uint32) error {
 
 // Events delivers ActionInvoked and NotificationClosed from the notification
 // server. It is closed when the bus connection closes.
-func (d *Desktop) Events() <-chan DesktopEvent { return d.events }
+func (d *Desktop) Events() <-chan Event { return d.events }
 
 // Close closes the bus connection.
 func (d *Desktop) Close() error { return d.conn.Close() }
@@ -246,12 +250,12 @@ func (d *Desktop) translate() {
 		}
 		switch s.Name {
 		case notifyIface + ".ActionInvoked":
-			var ev DesktopEvent
+			var ev Event
 			if len(s.Body) == 2 && dbus.Store(s.Body, &ev.ID, &ev.Action) == nil {
 				d.events <- ev
 			}
 		case notifyIface + ".NotificationClosed":
-			ev := DesktopEvent{Closed: true}
+			ev := Event{Closed: true}
 			if len(s.Body) == 2 && dbus.Store(s.Body, &ev.ID, &ev.Reason) == nil {
 				d.events <- ev
 			}
@@ -275,19 +279,19 @@ func plainSummary(s string) string {
 	return strings.NewReplacer("&", "＆", "<", "‹", ">", "›").Replace(grant.SafeText(s, 200))
 }
 
-// Decider is the daemon side of the approver: *keyd.Client.
+// Decider is the daemon side of the approver: *client.Client.
 type Decider interface {
 	Approve(ctx context.Context, id, match, channel string) error
 	Deny(ctx context.Context, id, channel string) error
 }
 
-var _ Decider = (*keyd.Client)(nil)
+var _ Decider = (*client.Client)(nil)
 
 // Screen is where the approver shows notifications: *Desktop.
 type Screen interface {
 	Notify(n Notification) (uint32, error)
 	CloseNotification(id uint32) error
-	Events() <-chan DesktopEvent
+	Events() <-chan Event
 	Markup() bool
 }
 
@@ -318,7 +322,7 @@ type ApproverOptions struct {
 // Approver shows pending requests routed to the desktop as notifications and
 // relays the human's choice to the daemon over the "desktop" channel. Pending
 // and Ended never block, so they may be called from the client's read loop
-// (keyd.Client.Watch); Run does the work.
+// (client.Client.Watch); Run does the work.
 type Approver struct {
 	d    Decider
 	s    Screen
@@ -334,17 +338,15 @@ type Approver struct {
 	ended    endedSet
 }
 
-var _ keyd.Notifier = (*Approver)(nil)
-
 type shownRequest struct {
-	view   keyd.PendingView
+	view   protocol.PendingView
 	notify uint32
 	image  string
 	timer  *time.Timer
 }
 
 type approverMsg struct {
-	pending *keyd.PendingView
+	pending *protocol.PendingView
 	ended   string
 	outcome string
 	expired string
@@ -364,7 +366,7 @@ func NewApprover(d Decider, s Screen, opts ApproverOptions) *Approver {
 }
 
 // Pending queues v to be shown. It never blocks.
-func (a *Approver) Pending(v keyd.PendingView) { a.push(approverMsg{pending: &v}) }
+func (a *Approver) Pending(v protocol.PendingView) { a.push(approverMsg{pending: &v}) }
 
 // Ended queues the end of request id, whose notification is then closed. It
 // never blocks.
@@ -434,7 +436,7 @@ func (a *Approver) handle(m approverMsg) {
 // refused.
 var codePattern = regexp.MustCompile(`^[0-9]{1,8}$`)
 
-func (a *Approver) show(v keyd.PendingView) {
+func (a *Approver) show(v protocol.PendingView) {
 	switch {
 	case a.shown[v.ID] != nil || a.ended.has(v.ID):
 		// WATCH may send a request twice (once from its first listing,
@@ -502,7 +504,7 @@ func (a *Approver) show(v keyd.PendingView) {
 // body is what the notification says: the daemon's rendering, made safe for
 // display once more (defence in depth: it already is), then escaped for
 // servers that parse markup.
-func (a *Approver) body(v keyd.PendingView) string {
+func (a *Approver) body(v protocol.PendingView) string {
 	var b strings.Builder
 	if a.opts.Weak {
 		b.WriteString(WeakLine + "\n")
@@ -518,7 +520,7 @@ func (a *Approver) body(v keyd.PendingView) string {
 	return b.String()
 }
 
-func (a *Approver) event(ctx context.Context, ev DesktopEvent) {
+func (a *Approver) event(ctx context.Context, ev Event) {
 	r := a.byNotify[ev.ID]
 	if r == nil {
 		return // someone else's notification, or one already decided
@@ -552,12 +554,12 @@ func (a *Approver) event(ctx context.Context, ev DesktopEvent) {
 		return
 	}
 	why := err.Error()
-	var e *keyd.Error
+	var e *protocol.Error
 	if errors.As(err, &e) {
 		why = e.Message
 	}
 	msg := fmt.Sprintf("Request %s: %s", id, grant.SafeText(why, 300))
-	if e != nil && e.Code == keyd.CodeDenied {
+	if e != nil && e.Code == protocol.CodeDenied {
 		msg = fmt.Sprintf("Request %s was denied: the code you chose did not match the code shown where the agent asked.", id)
 	}
 	a.opts.Logf("request %s: %v", id, err)
@@ -610,7 +612,7 @@ func removeImage(path string) {
 
 // writeQRImage writes a PNG of link as a QR code to dir and returns its path.
 func writeQRImage(dir, id, link string) (string, error) {
-	png, err := QRPNG(link)
+	png, err := notify.QRPNG(link)
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package notify_test
+package phone_test
 
 import (
 	"bytes"
@@ -21,17 +21,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+	"github.com/parley-keyd/parley-keyd/notify/phone"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/testdaemon"
 	"github.com/parley-keyd/parley-keyd/internal/testnet"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd"
-	"github.com/parley-keyd/parley-keyd/notify"
-	"github.com/parley-keyd/parley-keyd/policies"
 )
 
 // phonePolicy routes every request of the test agent to the phone alone, and
@@ -57,10 +58,10 @@ strong = true
 // phoneDaemon is a real daemon on a temporary Unix socket with its phone
 // page on listen.
 type phoneDaemon struct {
-	srv   *keyd.Server
+	srv   *keyd.Daemon
 	sock  string
 	state string
-	phone *notify.Phone
+	phone *phone.Page
 	base  string
 }
 
@@ -80,39 +81,14 @@ func startPhoneDaemon(t *testing.T, ln net.Listener) *phoneDaemon {
 	}
 	cfg.Phone.Listen = ln.Addr().String()
 	d.base = cfg.PhoneURL()
-	pol, err := policies.Parse([]byte(phonePolicy), "phone.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alog, err := audit.Open(filepath.Join(dir, "audit.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.srv, err = keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: priv, Audit: alog, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sln, err := net.Listen("unix", d.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go d.srv.Serve(sln)
-	d.phone, err = notify.NewPhone(notify.PhoneOptions{Requests: d.srv, Listen: cfg.Phone.Listen, URL: d.base, State: dir, Logf: t.Logf})
+	cfg.Socket = d.sock
+	d.srv = testdaemon.Start(t, cfg, phonePolicy, dir)
+	d.phone, err = phone.New(phone.Options{Requests: d.srv, Listen: cfg.Phone.Listen, URL: d.base, State: dir, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.phone.Serve(ln)
-	t.Cleanup(func() {
-		d.phone.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		d.srv.Shutdown(ctx)
-		alog.Close()
-	})
+	t.Cleanup(func() { d.phone.Close() })
 	return d
 }
 
@@ -123,7 +99,7 @@ type phoneAsk struct {
 }
 
 type phoneAskResult struct {
-	res *keyd.GrantResult
+	res *protocol.GrantResult
 	err error
 }
 
@@ -131,7 +107,7 @@ type phoneAskResult struct {
 // has queued it and told the match code.
 func askPhone(t *testing.T, d *phoneDaemon) *phoneAsk {
 	t.Helper()
-	c, err := keyd.Dial(d.sock)
+	c, err := client.Dial(d.sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,12 +117,12 @@ func askPhone(t *testing.T, d *phoneDaemon) *phoneAsk {
 		t.Fatal(err)
 	}
 	a := &phoneAsk{done: make(chan phoneAskResult, 1)}
-	events := make(chan keyd.Event, 4)
+	events := make(chan protocol.Event, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	go func() {
 		cavs := []grant.Caveat{grant.Svc("mail.example"), grant.Can("mail.send"), grant.Exp(time.Now().Unix() + 600)}
-		res, err := c.Grant(ctx, agent, cavs, func(e keyd.Event) { events <- e })
+		res, err := c.Grant(ctx, agent, cavs, func(e protocol.Event) { events <- e })
 		a.done <- phoneAskResult{res, err}
 	}()
 	select {
@@ -171,13 +147,13 @@ func (a *phoneAsk) result(t *testing.T) phoneAskResult {
 	return phoneAskResult{}
 }
 
-func (d *phoneDaemon) pending(id string) (keyd.PendingView, bool) {
+func (d *phoneDaemon) pending(id string) (protocol.PendingView, bool) {
 	for _, v := range d.srv.Pending() {
 		if v.ID == id {
 			return v, true
 		}
 	}
-	return keyd.PendingView{}, false
+	return protocol.PendingView{}, false
 }
 
 // phoneArtifacts is where screenshots go: $PARLEY_ARTIFACTS, else a folder
@@ -283,7 +259,7 @@ func phoneClient(d *phoneDaemon, dial func(ctx context.Context, network, addr st
 		TLSClientConfig: &tls.Config{
 			InsecureSkipVerify: true, // replaced by the pin below
 			VerifyConnection: func(cs tls.ConnectionState) error {
-				if len(cs.PeerCertificates) == 0 || notify.Fingerprint(cs.PeerCertificates[0].Raw) != fp {
+				if len(cs.PeerCertificates) == 0 || phone.Fingerprint(cs.PeerCertificates[0].Raw) != fp {
 					return errors.New("not the phone page's certificate")
 				}
 				return nil
@@ -302,7 +278,7 @@ func phoneGet(t *testing.T, c *http.Client, d *phoneDaemon, path, cookie string)
 	t.Helper()
 	req, _ := http.NewRequest("GET", d.base+path, nil)
 	if cookie != "" {
-		req.AddCookie(&http.Cookie{Name: notify.DeviceCookie, Value: cookie})
+		req.AddCookie(&http.Cookie{Name: phone.DeviceCookie, Value: cookie})
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -327,7 +303,7 @@ func phonePost(t *testing.T, c *http.Client, d *phoneDaemon, id string, form url
 		req.Header.Set("Origin", origin)
 	}
 	if cookie != "" {
-		req.AddCookie(&http.Cookie{Name: notify.DeviceCookie, Value: cookie})
+		req.AddCookie(&http.Cookie{Name: phone.DeviceCookie, Value: cookie})
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -354,12 +330,12 @@ func TestPhoneBrowser(t *testing.T) {
 
 	// Pairing: the admin's link, opened on the phone, asks first; the
 	// button pairs.
-	token, name, err := notify.OpenDevices(d.state).NewPairing("pixel", 10*time.Minute, time.Now())
+	token, name, err := phone.OpenDevices(d.state).NewPairing("pixel", 10*time.Minute, time.Now())
 	if err != nil || name != "pixel" {
 		t.Fatalf("NewPairing = %q, %v", name, err)
 	}
 	phoneStep(t, tab, "opening the pairing link",
-		chromedp.Navigate(notify.PairingLink(d.base, token)),
+		chromedp.Navigate(phone.PairingLink(d.base, token)),
 		chromedp.WaitVisible(chromedp.CSS("#pair")),
 	)
 	phoneShot(t, tab, shots, "phone-pair.png")
@@ -377,7 +353,7 @@ func TestPhoneBrowser(t *testing.T) {
 	if code == "" {
 		t.Fatalf("the pairing page shows no code: %q", got)
 	}
-	if _, err := notify.OpenDevices(d.state).Confirm("pixel", code, time.Now()); err != nil {
+	if _, err := phone.OpenDevices(d.state).Confirm("pixel", code, time.Now()); err != nil {
 		t.Fatalf("confirming with the code the phone shows: %v", err)
 	}
 	cookies, err := chromedp.Call(tab, network.GetCookies, network.GetCookiesParams{URLs: []string{d.base + "/"}})
@@ -386,7 +362,7 @@ func TestPhoneBrowser(t *testing.T) {
 	}
 	var cred string
 	for _, c := range cookies.Cookies {
-		if c.Name == notify.DeviceCookie {
+		if c.Name == phone.DeviceCookie {
 			cred = c.Value
 			if !c.Secure || !c.HTTPOnly || c.SameSite != network.CookieSameSiteStrict || c.Path != "/" {
 				t.Errorf("device cookie %+v: want Secure, HttpOnly, SameSite=Strict, Path=/", c)
@@ -396,7 +372,7 @@ func TestPhoneBrowser(t *testing.T) {
 	if cred == "" {
 		t.Fatal("the browser holds no device cookie after pairing")
 	}
-	devs, _, err := notify.OpenDevices(d.state).List(time.Now())
+	devs, _, err := phone.OpenDevices(d.state).List(time.Now())
 	if err != nil || len(devs) != 1 || devs[0].Name != "pixel" {
 		t.Fatalf("devices after pairing = %+v, %v", devs, err)
 	}
@@ -439,11 +415,11 @@ func TestPhoneBrowser(t *testing.T) {
 	}
 
 	host := phoneClient(d, nil)
-	phone := phoneClient(d, ns.Dial)
+	pc := phoneClient(d, ns.Dial)
 
 	// A replay of the phone's own approval, from the phone's address with
 	// its cookie and origin: the token is used up.
-	if st, body := phonePost(t, phone, d, a1.id, url.Values{"token": {used}, "action": {"approve"}, "code": {a1.code}}, origin, cred); st != http.StatusForbidden || !strings.Contains(body, "used already") {
+	if st, body := phonePost(t, pc, d, a1.id, url.Values{"token": {used}, "action": {"approve"}, "code": {a1.code}}, origin, cred); st != http.StatusForbidden || !strings.Contains(body, "used already") {
 		t.Errorf("replayed approval: %d %s", st, body)
 	}
 
@@ -458,7 +434,7 @@ func TestPhoneBrowser(t *testing.T) {
 	if st != http.StatusOK || tok == "" {
 		t.Fatalf("viewing from the host: %d, token %q: %s", st, tok, body)
 	}
-	if st, body := phonePost(t, host, d, a2.id, approve(tok), origin, cred); st != http.StatusForbidden || !strings.Contains(body, notify.RefusedLocal) {
+	if st, body := phonePost(t, host, d, a2.id, approve(tok), origin, cred); st != http.StatusForbidden || !strings.Contains(body, phone.RefusedLocal) {
 		t.Errorf("approval from the host: %d %s", st, body)
 	}
 	if _, ok := d.pending(a2.id); !ok {
@@ -472,14 +448,14 @@ func TestPhoneBrowser(t *testing.T) {
 	}{
 		{"fail/no-token", func() url.Values { return approve("") }, origin, cred, "used already"},
 		{"fail/token-of-another-request", func() url.Values { return approve(used) }, origin, cred, "used already"},
-		{"fail/cross-site-origin", func() url.Values { _, _, tk := phoneGet(t, phone, d, "/r/"+a2.id, cred); return approve(tk) }, "https://evil.example", cred, "did not come from this page"},
-		{"fail/no-origin", func() url.Values { _, _, tk := phoneGet(t, phone, d, "/r/"+a2.id, cred); return approve(tk) }, "", cred, "did not say where it came from"},
-		{"fail/no-cookie", func() url.Values { _, _, tk := phoneGet(t, phone, d, "/r/"+a2.id, cred); return approve(tk) }, origin, "", "not paired"},
-		{"fail/wrong-cookie", func() url.Values { _, _, tk := phoneGet(t, phone, d, "/r/"+a2.id, cred); return approve(tk) }, origin, "x" + cred[1:], "not paired"},
+		{"fail/cross-site-origin", func() url.Values { _, _, tk := phoneGet(t, pc, d, "/r/"+a2.id, cred); return approve(tk) }, "https://evil.example", cred, "did not come from this page"},
+		{"fail/no-origin", func() url.Values { _, _, tk := phoneGet(t, pc, d, "/r/"+a2.id, cred); return approve(tk) }, "", cred, "did not say where it came from"},
+		{"fail/no-cookie", func() url.Values { _, _, tk := phoneGet(t, pc, d, "/r/"+a2.id, cred); return approve(tk) }, origin, "", "not paired"},
+		{"fail/wrong-cookie", func() url.Values { _, _, tk := phoneGet(t, pc, d, "/r/"+a2.id, cred); return approve(tk) }, origin, "x" + cred[1:], "not paired"},
 	}
 	for _, tc := range forged {
 		t.Run(tc.name, func(t *testing.T) {
-			st, body := phonePost(t, phone, d, a2.id, tc.form(), tc.origin, tc.cookie)
+			st, body := phonePost(t, pc, d, a2.id, tc.form(), tc.origin, tc.cookie)
 			if st != http.StatusForbidden || !strings.Contains(body, tc.want) {
 				t.Errorf("got %d, want 403 saying %q: %s", st, tc.want, body)
 			}
@@ -507,16 +483,16 @@ func TestPhoneBrowser(t *testing.T) {
 	}
 	phoneShot(t, tab, shots, "phone-denied.png")
 	r2 := a2.result(t)
-	var ke *keyd.Error
-	if !errors.As(r2.err, &ke) || ke.Code != keyd.CodeDenied {
+	var ke *protocol.Error
+	if !errors.As(r2.err, &ke) || ke.Code != protocol.CodeDenied {
 		t.Errorf("request with a wrong code ended with %v, want denied", r2.err)
 	}
 
 	// Revocation takes effect at the next request.
-	if _, err := notify.OpenDevices(d.state).Revoke("pixel", time.Now()); err != nil {
+	if _, err := phone.OpenDevices(d.state).Revoke("pixel", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if st, _, _ := phoneGet(t, phone, d, "/", cred); st != http.StatusForbidden {
+	if st, _, _ := phoneGet(t, pc, d, "/", cred); st != http.StatusForbidden {
 		t.Errorf("a revoked phone's page: %d, want 403", st)
 	}
 }

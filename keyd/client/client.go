@@ -1,4 +1,4 @@
-package keyd
+package client
 
 import (
 	"context"
@@ -13,12 +13,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 )
 
 // Client speaks the daemon protocol over the Unix socket. Requests are
 // multiplexed; every method is safe for concurrent use. Refusals come back as
-// *Error carrying the daemon's stable code.
+// *protocol.Error carrying the daemon's stable code.
 type Client struct {
 	nc      net.Conn
 	wmu     sync.Mutex
@@ -28,13 +30,13 @@ type Client struct {
 	closed  error
 	done    chan struct{}
 	manOnce sync.Once
-	man     *Manifest
+	man     *protocol.Manifest
 	manErr  error
 }
 
 type call struct {
-	events func(*Frame)
-	reply  chan *Frame
+	events func(*protocol.Frame)
+	reply  chan *protocol.Frame
 }
 
 // Errors a client meets before the daemon says anything.
@@ -66,37 +68,37 @@ func Dial(path string) (*Client, error) {
 func (c *Client) Close() error { return c.nc.Close() }
 
 func (c *Client) readLoop() {
-	fr := newFrameReader(c.nc)
+	fr := protocol.NewFrameReader(c.nc)
 	var err error
 	for {
 		var line []byte
-		line, err = fr.next()
+		line, err = fr.Next()
 		if err != nil {
 			break
 		}
-		var f Frame
+		var f protocol.Frame
 		if json.Unmarshal(line, &f) != nil {
 			continue
 		}
-		if f.Re == "" && f.Kind == KindError {
+		if f.Re == "" && f.Kind == protocol.KindError {
 			// A refusal of the whole connection (not allowed to connect,
 			// too many connections) or of an unreadable frame.
-			err = f.err()
-			if f.Code == CodeBadFrame {
+			err = f.Err()
+			if f.Code == protocol.CodeBadFrame {
 				continue
 			}
 			break
 		}
 		c.mu.Lock()
 		cl := c.calls[f.Re]
-		if cl != nil && f.Kind != KindEvent {
+		if cl != nil && f.Kind != protocol.KindEvent {
 			delete(c.calls, f.Re)
 		}
 		c.mu.Unlock()
 		if cl == nil {
 			continue
 		}
-		if f.Kind == KindEvent {
+		if f.Kind == protocol.KindEvent {
 			if cl.events != nil {
 				cl.events(&f)
 			}
@@ -119,8 +121,8 @@ func (c *Client) readLoop() {
 }
 
 // Do sends a request frame and waits for its final reply, passing EVENT
-// replies to events as they come. An ERROR reply is returned as *Error.
-func (c *Client) Do(ctx context.Context, f *Frame, events func(*Frame)) (*Frame, error) {
+// replies to events as they come. An ERROR reply is returned as *protocol.Error.
+func (c *Client) Do(ctx context.Context, f *protocol.Frame, events func(*protocol.Frame)) (*protocol.Frame, error) {
 	c.mu.Lock()
 	if c.closed != nil {
 		err := c.closed
@@ -129,10 +131,10 @@ func (c *Client) Do(ctx context.Context, f *Frame, events func(*Frame)) (*Frame,
 	}
 	c.next++
 	f.ID = strconv.FormatUint(c.next, 10)
-	cl := &call{events: events, reply: make(chan *Frame, 1)}
+	cl := &call{events: events, reply: make(chan *protocol.Frame, 1)}
 	c.calls[f.ID] = cl
 	c.mu.Unlock()
-	b, err := encodeFrame(f)
+	b, err := protocol.EncodeFrame(f)
 	if err != nil {
 		c.forget(f.ID)
 		return nil, err
@@ -149,7 +151,7 @@ func (c *Client) Do(ctx context.Context, f *Frame, events func(*Frame)) (*Frame,
 			c.mu.Lock()
 			cerr := c.closed
 			c.mu.Unlock()
-			var e *Error
+			var e *protocol.Error
 			if errors.As(cerr, &e) {
 				return nil, e
 			}
@@ -165,8 +167,8 @@ func (c *Client) Do(ctx context.Context, f *Frame, events func(*Frame)) (*Frame,
 			c.mu.Unlock()
 			return nil, err
 		}
-		if r.Kind == KindError {
-			return nil, r.err()
+		if r.Kind == protocol.KindError {
+			return nil, r.Err()
 		}
 		return r, nil
 	case <-ctx.Done():
@@ -182,12 +184,12 @@ func (c *Client) forget(id string) {
 }
 
 // Hello returns the daemon's manifest for this caller.
-func (c *Client) Hello(ctx context.Context) (*Manifest, error) {
-	r, err := c.Do(ctx, &Frame{Verb: VerbHello}, nil)
+func (c *Client) Hello(ctx context.Context) (*protocol.Manifest, error) {
+	r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbHello}, nil)
 	if err != nil {
 		return nil, err
 	}
-	var m Manifest
+	var m protocol.Manifest
 	if err := json.Unmarshal(r.Data, &m); err != nil {
 		return nil, fmt.Errorf("parley-keyd sent a malformed manifest: %w", err)
 	}
@@ -202,22 +204,12 @@ func (c *Client) principal(ctx context.Context) (string, error) {
 	return c.man.Principal, nil
 }
 
-// Event is the data of an EVENT the daemon sends while a request waits.
-type Event struct {
-	Message  string   `json:"-"`
-	Request  string   `json:"request"`
-	Code     string   `json:"code"`
-	Channels []string `json:"channels"`
-	Strong   bool     `json:"strong"`
-	Expires  int64    `json:"expires"`
-}
-
-func eventFunc(fn func(Event)) func(*Frame) {
+func eventFunc(fn func(protocol.Event)) func(*protocol.Frame) {
 	if fn == nil {
 		return nil
 	}
-	return func(f *Frame) {
-		var e Event
+	return func(f *protocol.Frame) {
+		var e protocol.Event
 		_ = json.Unmarshal(f.Data, &e)
 		e.Message = f.Message
 		fn(e)
@@ -245,7 +237,7 @@ func (c *Client) proofParties(ctx context.Context, holder crypto.Signer) (princi
 // Grant asks for a root grant to holder's key with caveats, proving that the
 // caller holds the key. It blocks while a human decides; events receive the
 // match code to show.
-func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []grant.Caveat, events func(Event)) (*GrantResult, error) {
+func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []grant.Caveat, events func(protocol.Event)) (*protocol.GrantResult, error) {
 	principal, key, err := c.proofParties(ctx, holder)
 	if err != nil {
 		return nil, err
@@ -253,62 +245,48 @@ func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []gran
 	if caveats == nil {
 		caveats = []grant.Caveat{}
 	}
-	body, err := json.Marshal(GrantBody{Holder: key, Caveats: caveats})
+	body, err := json.Marshal(protocol.GrantBody{Holder: key, Caveats: caveats})
 	if err != nil {
 		return nil, err
 	}
-	digest, err := GrantDigest(body)
+	digest, err := protocol.GrantDigest(body)
 	if err != nil {
 		return nil, err
 	}
-	proof, err := grant.MakeProof(holder, principal, ProofVerbGrant, digest, time.Now().Unix())
+	proof, err := grant.MakeProof(holder, principal, protocol.ProofVerbGrant, digest, time.Now().Unix())
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.Do(ctx, &Frame{Verb: VerbGrant, Grant: body, Proof: &proof}, eventFunc(events))
+	r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbGrant, Grant: body, Proof: &proof}, eventFunc(events))
 	if err != nil {
 		return nil, err
 	}
 	return decodeGrantResult(r)
 }
 
-func decodeGrantResult(r *Frame) (*GrantResult, error) {
-	var res GrantResult
+func decodeGrantResult(r *protocol.Frame) (*protocol.GrantResult, error) {
+	var res protocol.GrantResult
 	if err := json.Unmarshal(r.Data, &res); err != nil || res.Token == "" {
 		return nil, errors.New("parley-keyd sent a malformed GRANT reply")
 	}
 	return &res, nil
 }
 
-// Explanation is the data of an EXPLAIN reply.
-type Explanation struct {
-	Action   string         `json:"action"`
-	Agent    string         `json:"agent"`
-	Rule     string         `json:"rule"`
-	Reason   string         `json:"reason"`
-	Narrowed []string       `json:"narrowed"`
-	Channels []string       `json:"channels"`
-	Strong   bool           `json:"strong"`
-	Caveats  []grant.Caveat `json:"caveats"`
-	Allows   []string       `json:"allows"`
-	Expires  int64          `json:"expires"`
-}
-
 // Explain asks which rule would decide a grant request and what it would
 // issue. Nothing is signed.
-func (c *Client) Explain(ctx context.Context, holder string, caveats []grant.Caveat) (*Explanation, error) {
+func (c *Client) Explain(ctx context.Context, holder string, caveats []grant.Caveat) (*protocol.Explanation, error) {
 	if caveats == nil {
 		caveats = []grant.Caveat{}
 	}
-	body, err := json.Marshal(GrantBody{Holder: holder, Caveats: caveats})
+	body, err := json.Marshal(protocol.GrantBody{Holder: holder, Caveats: caveats})
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.Do(ctx, &Frame{Verb: VerbExplain, Grant: body}, nil)
+	r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbExplain, Grant: body}, nil)
 	if err != nil {
 		return nil, err
 	}
-	var e Explanation
+	var e protocol.Explanation
 	if err := json.Unmarshal(r.Data, &e); err != nil {
 		return nil, errors.New("parley-keyd sent a malformed EXPLAIN reply")
 	}
@@ -317,20 +295,20 @@ func (c *Client) Explain(ctx context.Context, holder string, caveats []grant.Cav
 
 // Consent asks for a consent grant (§6.6) for the proposal a service sent,
 // given the service's consent object (or its whole ERROR frame).
-func (c *Client) Consent(ctx context.Context, holder crypto.Signer, service string, consent, proposal json.RawMessage, events func(Event)) (*GrantResult, error) {
+func (c *Client) Consent(ctx context.Context, holder crypto.Signer, service string, consent, proposal json.RawMessage, events func(protocol.Event)) (*protocol.GrantResult, error) {
 	principal, key, err := c.proofParties(ctx, holder)
 	if err != nil {
 		return nil, err
 	}
 	var cr grant.ConsentRequest
-	if err := json.Unmarshal(unwrapObject(consent, "consent"), &cr); err != nil || cr.Hash == "" {
+	if err := json.Unmarshal(consentObject(consent), &cr); err != nil || cr.Hash == "" {
 		return nil, errors.New("the consent is not a §6.6 consent object or a consent_required ERROR frame")
 	}
-	proof, err := grant.MakeProof(holder, principal, ProofVerbConsent, cr.Hash, time.Now().Unix())
+	proof, err := grant.MakeProof(holder, principal, protocol.ProofVerbConsent, cr.Hash, time.Now().Unix())
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.Do(ctx, &Frame{Verb: VerbConsent, Service: service, Consent: consent, Proposal: proposal,
+	r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbConsent, Service: service, Consent: consent, Proposal: proposal,
 		Holder: key, Proof: &proof}, eventFunc(events))
 	if err != nil {
 		return nil, err
@@ -339,13 +317,13 @@ func (c *Client) Consent(ctx context.Context, holder crypto.Signer, service stri
 }
 
 // Pending lists the requests waiting for a human.
-func (c *Client) Pending(ctx context.Context) ([]PendingView, error) {
-	r, err := c.Do(ctx, &Frame{Verb: VerbPending}, nil)
+func (c *Client) Pending(ctx context.Context) ([]protocol.PendingView, error) {
+	r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbPending}, nil)
 	if err != nil {
 		return nil, err
 	}
 	var out struct {
-		Pending []PendingView `json:"pending"`
+		Pending []protocol.PendingView `json:"pending"`
 	}
 	if err := json.Unmarshal(r.Data, &out); err != nil {
 		return nil, errors.New("parley-keyd sent a malformed PENDING reply")
@@ -356,24 +334,24 @@ func (c *Client) Pending(ctx context.Context) ([]PendingView, error) {
 // Approve approves request id with the match code shown to the requester.
 // channel is "terminal" or "desktop".
 func (c *Client) Approve(ctx context.Context, id, match, channel string) error {
-	_, err := c.Do(ctx, &Frame{Verb: VerbApprove, Request: id, Match: match, Channel: channel}, nil)
+	_, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbApprove, Request: id, Match: match, Channel: channel}, nil)
 	return err
 }
 
 // Deny denies request id.
 func (c *Client) Deny(ctx context.Context, id, channel string) error {
-	_, err := c.Do(ctx, &Frame{Verb: VerbDeny, Request: id, Channel: channel}, nil)
+	_, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbDeny, Request: id, Channel: channel}, nil)
 	return err
 }
 
 // Watch streams pending requests and their ends until ctx ends or the
 // connection closes. pending receives each waiting request; ended each
 // request that finished, with its outcome.
-func (c *Client) Watch(ctx context.Context, pending func(PendingView), ended func(id, outcome string)) error {
-	_, err := c.Do(ctx, &Frame{Verb: VerbWatch}, func(f *Frame) {
+func (c *Client) Watch(ctx context.Context, pending func(protocol.PendingView), ended func(id, outcome string)) error {
+	_, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbWatch}, func(f *protocol.Frame) {
 		switch f.Message {
 		case "pending":
-			var v PendingView
+			var v protocol.PendingView
 			if json.Unmarshal(f.Data, &v) == nil && pending != nil {
 				pending(v)
 			}
@@ -385,4 +363,17 @@ func (c *Client) Watch(ctx context.Context, pending func(PendingView), ended fun
 		}
 	})
 	return err
+}
+
+// consentObject returns the "consent" member of an ERROR frame, or raw
+// itself when raw is the consent object. The daemon reads the same bytes
+// strictly; the client only needs the hash for its proof.
+func consentObject(raw json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) == nil {
+		if v, ok := m["consent"]; ok {
+			return v
+		}
+	}
+	return raw
 }

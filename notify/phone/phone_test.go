@@ -1,4 +1,4 @@
-package notify
+package phone
 
 import (
 	"crypto/sha256"
@@ -19,35 +19,35 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
-	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/google/go-cmp/cmp"
 )
 
 // phoneFake is a daemon with fixed waiting requests that records decisions.
 type phoneFake struct {
 	mu        sync.Mutex
-	views     []keyd.PendingView
+	views     []protocol.PendingView
 	decisions []string
 }
 
-func (f *phoneFake) Pending() []keyd.PendingView {
+func (f *phoneFake) Pending() []protocol.PendingView {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.views)
 }
 
-func (f *phoneFake) Decide(id string, approve bool, match string, a keyd.Approval) error {
+func (f *phoneFake) Decide(id string, approve bool, match, device string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i := slices.IndexFunc(f.views, func(v keyd.PendingView) bool { return v.ID == id })
+	i := slices.IndexFunc(f.views, func(v protocol.PendingView) bool { return v.ID == id })
 	if i < 0 {
-		return &keyd.Error{Code: keyd.CodeNotFound, Message: "no pending request"}
+		return &protocol.Error{Code: protocol.CodeNotFound, Message: "no pending request"}
 	}
 	f.views = slices.Delete(f.views, i, i+1)
-	f.decisions = append(f.decisions, fmt.Sprintf("%s approve=%v match=%s by %s/%s weak=%v", id, approve, match, a.Approver, a.Channel, a.Weak))
+	f.decisions = append(f.decisions, fmt.Sprintf("%s approve=%v match=%s by phone:%s", id, approve, match, device))
 	if approve && match != "42" {
-		return &keyd.Error{Code: keyd.CodeDenied, Message: "the match code does not match"}
+		return &protocol.Error{Code: protocol.CodeDenied, Message: "the match code does not match"}
 	}
 	return nil
 }
@@ -58,7 +58,7 @@ const (
 )
 
 type phoneEnv struct {
-	p     *Phone
+	p     *Page
 	fake  *phoneFake
 	state string
 	now   time.Time
@@ -68,12 +68,12 @@ type phoneEnv struct {
 func newPhoneEnv(t *testing.T) *phoneEnv {
 	t.Helper()
 	e := &phoneEnv{state: t.TempDir(), now: time.Unix(1_800_000_000, 0)}
-	e.fake = &phoneFake{views: []keyd.PendingView{
+	e.fake = &phoneFake{views: []protocol.PendingView{
 		{ID: "r_phone1", Title: "tester asks for a grant", Text: "<script>alert(1)</script>\nline two", Channels: []string{"phone"}, Expires: e.now.Add(2 * time.Minute).Unix()},
 		{ID: "r_desk1", Title: "desktop only", Channels: []string{"desktop"}, Expires: e.now.Add(2 * time.Minute).Unix()},
 	}}
 	var err error
-	e.p, err = NewPhone(PhoneOptions{Requests: e.fake, Listen: "192.0.2.1:7450", URL: phoneTestURL, State: e.state, Logf: t.Logf,
+	e.p, err = New(Options{Requests: e.fake, Listen: "192.0.2.1:7450", URL: phoneTestURL, State: e.state, Logf: t.Logf,
 		Now: func() time.Time { return e.now }})
 	if err != nil {
 		t.Fatal(err)
@@ -286,20 +286,20 @@ func TestPhoneDecide(t *testing.T) {
 		{"fail/cross-site-fetch", phoneTestPeer, cred, func(tok string) url.Values { return approve(tok, "42") },
 			map[string]string{"Origin": phoneTestURL, "Sec-Fetch-Site": "cross-site"}, 403, "did not come from this page", ""},
 		{"ok/referer-without-origin", phoneTestPeer, cred, func(tok string) url.Values { return approve(tok, "42") },
-			map[string]string{"Referer": phoneTestURL + "/r/r_phone1"}, 200, "Approved", "r_phone1 approve=true match=42 by phone:pixel/phone weak=false"},
+			map[string]string{"Referer": phoneTestURL + "/r/r_phone1"}, 200, "Approved", "r_phone1 approve=true match=42 by phone:pixel"},
 		{"fail/foreign-referer", phoneTestPeer, cred, func(tok string) url.Values { return approve(tok, "42") },
 			map[string]string{"Referer": "https://192.0.2.1.evil.example/r/r_phone1"}, 403, "did not come from this page", ""},
 		{"fail/token-of-another-device", phoneTestPeer, other, func(tok string) url.Values { return approve(tok, "42") }, sameOrigin, 403, "used already", ""},
 		{"fail/no-action", phoneTestPeer, cred, func(tok string) url.Values { return url.Values{"token": {tok}, "code": {"42"}} }, sameOrigin, 400, "choose Approve or Deny", ""},
 		{"fail/approve-without-code", phoneTestPeer, cred, func(tok string) url.Values { return approve(tok, " ") }, sameOrigin, 400, "enter the code", ""},
-		{"ok/approve", phoneTestPeer, cred, func(tok string) url.Values { return approve(tok, "42") }, sameOrigin, 200, "Approved", "r_phone1 approve=true match=42 by phone:pixel/phone weak=false"},
-		{"ok/wrong-code-denies", phoneTestPeer, cred, func(tok string) url.Values { return approve(tok, "17") }, sameOrigin, 200, "denied: the code did not match", "r_phone1 approve=true match=17 by phone:pixel/phone weak=false"},
-		{"ok/deny", phoneTestPeer, cred, func(tok string) url.Values { return url.Values{"token": {tok}, "action": {"deny"}} }, sameOrigin, 200, "Denied", "r_phone1 approve=false match= by phone:pixel/phone weak=false"},
+		{"ok/approve", phoneTestPeer, cred, func(tok string) url.Values { return approve(tok, "42") }, sameOrigin, 200, "Approved", "r_phone1 approve=true match=42 by phone:pixel"},
+		{"ok/wrong-code-denies", phoneTestPeer, cred, func(tok string) url.Values { return approve(tok, "17") }, sameOrigin, 200, "denied: the code did not match", "r_phone1 approve=true match=17 by phone:pixel"},
+		{"ok/deny", phoneTestPeer, cred, func(tok string) url.Values { return url.Values{"token": {tok}, "action": {"deny"}} }, sameOrigin, 200, "Denied", "r_phone1 approve=false match= by phone:pixel"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e.fake.mu.Lock()
-			e.fake.views = []keyd.PendingView{{ID: "r_phone1", Title: "t", Channels: []string{"phone"}, Expires: e.now.Add(time.Minute).Unix()}}
+			e.fake.views = []protocol.PendingView{{ID: "r_phone1", Title: "t", Channels: []string{"phone"}, Expires: e.now.Add(time.Minute).Unix()}}
 			e.fake.decisions = nil
 			e.fake.mu.Unlock()
 			tok := e.pageToken(t, "r_phone1", cred)
@@ -536,9 +536,9 @@ func TestDevicesConcurrent(t *testing.T) {
 func TestPhoneCert(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now()
-	_, info, err := EnsurePhoneCert(dir, []string{"192.0.2.1"}, now)
+	_, info, err := EnsureCert(dir, []string{"192.0.2.1"}, now)
 	if err != nil || !info.Made {
-		t.Fatalf("first EnsurePhoneCert: %+v, %v", info, err)
+		t.Fatalf("first EnsureCert: %+v, %v", info, err)
 	}
 	for name, mode := range map[string]fs.FileMode{CertFile: 0o644, KeyFile: 0o600} {
 		fi, err := os.Stat(filepath.Join(dir, name))
@@ -561,17 +561,17 @@ func TestPhoneCert(t *testing.T) {
 	}
 
 	// The same hosts: kept. Another host, or near expiry: made anew.
-	_, again, err := EnsurePhoneCert(dir, []string{"192.0.2.1"}, now)
+	_, again, err := EnsureCert(dir, []string{"192.0.2.1"}, now)
 	if err != nil || again.Made || again.Fingerprint != info.Fingerprint {
-		t.Errorf("second EnsurePhoneCert made a new one: %+v, %v", again, err)
+		t.Errorf("second EnsureCert made a new one: %+v, %v", again, err)
 	}
-	_, moved, err := EnsurePhoneCert(dir, []string{"192.0.2.7"}, now)
+	_, moved, err := EnsureCert(dir, []string{"192.0.2.7"}, now)
 	if err != nil || !moved.Made || !slices.Contains(moved.Hosts, "192.0.2.7") {
-		t.Errorf("EnsurePhoneCert for a new host: %+v, %v", moved, err)
+		t.Errorf("EnsureCert for a new host: %+v, %v", moved, err)
 	}
-	_, renewed, err := EnsurePhoneCert(dir, []string{"192.0.2.7"}, now.Add(certLifetime))
+	_, renewed, err := EnsureCert(dir, []string{"192.0.2.7"}, now.Add(certLifetime))
 	if err != nil || !renewed.Made {
-		t.Errorf("EnsurePhoneCert near expiry: %+v, %v", renewed, err)
+		t.Errorf("EnsureCert near expiry: %+v, %v", renewed, err)
 	}
 }
 
@@ -589,7 +589,7 @@ func TestPhoneHosts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := PhoneHosts(tc.listen, tc.url)
+			got, err := Hosts(tc.listen, tc.url)
 			if (err != nil) != tc.err {
 				t.Fatalf("err = %v, want error %v", err, tc.err)
 			}

@@ -1,4 +1,4 @@
-package notify_test
+package desktop_test
 
 import (
 	"bufio"
@@ -19,16 +19,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+	"github.com/parley-keyd/parley-keyd/notify/desktop"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/testdaemon"
 	"github.com/parley-keyd/parley-keyd/internal/testdesktop"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/notify"
-	"github.com/parley-keyd/parley-keyd/policies"
 )
 
 const wait = 10 * time.Second
@@ -39,7 +41,7 @@ const wait = 10 * time.Second
 type screenOp struct {
 	op string // "notify" or "close"
 	id uint32
-	n  notify.Notification
+	n  desktop.Notification
 }
 
 // fakeScreen records what the approver shows and closes.
@@ -48,14 +50,17 @@ type fakeScreen struct {
 	mu     sync.Mutex
 	next   uint32
 	ops    chan screenOp
-	events chan notify.DesktopEvent
+	events chan desktop.Event
 }
+
+// The approver plugs into a server in process as well as over WATCH.
+var _ keyd.Notifier = (*desktop.Approver)(nil)
 
 func newFakeScreen(markup bool) *fakeScreen {
-	return &fakeScreen{markup: markup, ops: make(chan screenOp, 32), events: make(chan notify.DesktopEvent, 8)}
+	return &fakeScreen{markup: markup, ops: make(chan screenOp, 32), events: make(chan desktop.Event, 8)}
 }
 
-func (s *fakeScreen) Notify(n notify.Notification) (uint32, error) {
+func (s *fakeScreen) Notify(n desktop.Notification) (uint32, error) {
 	s.mu.Lock()
 	s.next++
 	id := s.next
@@ -69,8 +74,8 @@ func (s *fakeScreen) CloseNotification(id uint32) error {
 	return nil
 }
 
-func (s *fakeScreen) Events() <-chan notify.DesktopEvent { return s.events }
-func (s *fakeScreen) Markup() bool                       { return s.markup }
+func (s *fakeScreen) Events() <-chan desktop.Event { return s.events }
+func (s *fakeScreen) Markup() bool                 { return s.markup }
 
 func (s *fakeScreen) expect(t *testing.T, op string) screenOp {
 	t.Helper()
@@ -104,8 +109,8 @@ func (d *fakeDecider) Deny(ctx context.Context, id, channel string) error {
 	return d.err
 }
 
-func view(id string, mods ...func(*keyd.PendingView)) keyd.PendingView {
-	v := keyd.PendingView{
+func view(id string, mods ...func(*protocol.PendingView)) protocol.PendingView {
+	v := protocol.PendingView{
 		ID: id, Kind: "grant", Title: "tester asks for a grant",
 		Text:     "Request " + id + ": a grant\nIt would allow:\n  - every verb\n",
 		Channels: []string{"terminal", "desktop"},
@@ -118,10 +123,10 @@ func view(id string, mods ...func(*keyd.PendingView)) keyd.PendingView {
 	return v
 }
 
-func startApprover(t *testing.T, s notify.Screen, d notify.Decider, o notify.ApproverOptions) *notify.Approver {
+func startApprover(t *testing.T, s desktop.Screen, d desktop.Decider, o desktop.ApproverOptions) *desktop.Approver {
 	t.Helper()
 	o.Logf = t.Logf
-	a := notify.NewApprover(d, s, o)
+	a := desktop.NewApprover(d, s, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -137,7 +142,7 @@ func TestApproverShows(t *testing.T) {
 		name     string
 		weak     bool
 		markup   bool
-		view     keyd.PendingView
+		view     protocol.PendingView
 		wantBody string
 	}{
 		{
@@ -150,25 +155,25 @@ func TestApproverShows(t *testing.T) {
 			name: "ok/weak-approver-says-so-first",
 			weak: true,
 			view: view("r_b"),
-			wantBody: notify.WeakLine + "\nRequest r_b: a grant\nIt would allow:\n  - every verb\n" +
+			wantBody: desktop.WeakLine + "\nRequest r_b: a grant\nIt would allow:\n  - every verb\n" +
 				"Choose the code shown where the agent asked. A wrong code denies the request.",
 		},
 		{
 			name:   "ok/markup-escaped",
 			markup: true,
-			view:   view("r_c", func(v *keyd.PendingView) { v.Text = "svc <b>bold</b> & co\n" }),
+			view:   view("r_c", func(v *protocol.PendingView) { v.Text = "svc <b>bold</b> & co\n" }),
 			wantBody: "svc &lt;b&gt;bold&lt;/b&gt; &amp; co\n" +
 				"Choose the code shown where the agent asked. A wrong code denies the request.",
 		},
 		{
 			name: "ok/unsafe-text-neutralized-again",
-			view: view("r_d", func(v *keyd.PendingView) { v.Text = "evil \x1b[2J\u202eright-to-left\n" }),
+			view: view("r_d", func(v *protocol.PendingView) { v.Text = "evil \x1b[2J\u202eright-to-left\n" }),
 			wantBody: grant.SafeLines("evil \x1b[2J\u202eright-to-left", 4000) +
 				"\nChoose the code shown where the agent asked. A wrong code denies the request.",
 		},
 		{
 			name: "ok/strong-request-strong-approver",
-			view: view("r_e", func(v *keyd.PendingView) { v.Strong = true; v.Text = "x\n" }),
+			view: view("r_e", func(v *protocol.PendingView) { v.Strong = true; v.Text = "x\n" }),
 			wantBody: "x\n" +
 				"Choose the code shown where the agent asked. A wrong code denies the request.",
 		},
@@ -176,14 +181,14 @@ func TestApproverShows(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newFakeScreen(tt.markup)
-			a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, notify.ApproverOptions{Weak: tt.weak})
+			a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, desktop.ApproverOptions{Weak: tt.weak})
 			a.Pending(tt.view)
 			got := s.expect(t, "notify").n
-			want := notify.Notification{
+			want := desktop.Notification{
 				Summary: "tester asks for a grant",
 				Body:    tt.wantBody,
-				Actions: []notify.Action{{"31", "Code 31"}, {"47", "Code 47"}, {"82", "Code 82"}, {"deny", "Deny"}},
-				Urgency: notify.UrgencyCritical,
+				Actions: []desktop.Action{{"31", "Code 31"}, {"47", "Code 47"}, {"82", "Code 82"}, {"deny", "Deny"}},
+				Urgency: desktop.UrgencyCritical,
 				Expire:  0,
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
@@ -197,18 +202,18 @@ func TestApproverSkips(t *testing.T) {
 	tests := []struct {
 		name string
 		weak bool
-		view keyd.PendingView
+		view protocol.PendingView
 	}{
-		{"skip/not-routed-to-desktop", false, view("r_x", func(v *keyd.PendingView) { v.Channels = []string{"terminal", "phone"} })},
-		{"skip/strong-request-weak-approver", true, view("r_x", func(v *keyd.PendingView) { v.Strong = true })},
-		{"skip/no-codes", false, view("r_x", func(v *keyd.PendingView) { v.Choices = nil })},
-		{"skip/code-is-not-digits", false, view("r_x", func(v *keyd.PendingView) { v.Choices = []string{"31", "default", "82"} })},
-		{"skip/code-twice", false, view("r_x", func(v *keyd.PendingView) { v.Choices = []string{"31", "31", "82"} })},
+		{"skip/not-routed-to-desktop", false, view("r_x", func(v *protocol.PendingView) { v.Channels = []string{"terminal", "phone"} })},
+		{"skip/strong-request-weak-approver", true, view("r_x", func(v *protocol.PendingView) { v.Strong = true })},
+		{"skip/no-codes", false, view("r_x", func(v *protocol.PendingView) { v.Choices = nil })},
+		{"skip/code-is-not-digits", false, view("r_x", func(v *protocol.PendingView) { v.Choices = []string{"31", "default", "82"} })},
+		{"skip/code-twice", false, view("r_x", func(v *protocol.PendingView) { v.Choices = []string{"31", "31", "82"} })},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newFakeScreen(false)
-			a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, notify.ApproverOptions{Weak: tt.weak})
+			a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, desktop.ApproverOptions{Weak: tt.weak})
 			a.Pending(tt.view)
 			// The approver handles its inbox in order: once the next
 			// request is shown, the first was decided on.
@@ -221,35 +226,35 @@ func TestApproverSkips(t *testing.T) {
 }
 
 func TestApproverDecides(t *testing.T) {
-	denied := &keyd.Error{Code: keyd.CodeDenied, Message: "the match code does not match"}
+	denied := &protocol.Error{Code: protocol.CodeDenied, Message: "the match code does not match"}
 	tests := []struct {
 		name       string
-		event      func(id uint32) notify.DesktopEvent
+		event      func(id uint32) desktop.Event
 		err        error
 		want       *decision
 		wantFollow string // a follow-up notification's body, if any
 	}{
 		{
 			name:  "ok/code-approves",
-			event: func(id uint32) notify.DesktopEvent { return notify.DesktopEvent{ID: id, Action: "47"} },
+			event: func(id uint32) desktop.Event { return desktop.Event{ID: id, Action: "47"} },
 			want:  &decision{"approve", "r_a", "47", "desktop"},
 		},
 		{
 			name:       "fail/wrong-code-is-denied-and-says-so",
-			event:      func(id uint32) notify.DesktopEvent { return notify.DesktopEvent{ID: id, Action: "82"} },
+			event:      func(id uint32) desktop.Event { return desktop.Event{ID: id, Action: "82"} },
 			err:        denied,
 			want:       &decision{"approve", "r_a", "82", "desktop"},
 			wantFollow: "Request r_a was denied: the code you chose did not match the code shown where the agent asked.",
 		},
 		{
 			name:  "ok/deny",
-			event: func(id uint32) notify.DesktopEvent { return notify.DesktopEvent{ID: id, Action: "deny"} },
+			event: func(id uint32) desktop.Event { return desktop.Event{ID: id, Action: "deny"} },
 			want:  &decision{"deny", "r_a", "", "desktop"},
 		},
 		{
 			name:       "fail/daemon-refuses",
-			event:      func(id uint32) notify.DesktopEvent { return notify.DesktopEvent{ID: id, Action: "31"} },
-			err:        &keyd.Error{Code: keyd.CodeNotFound, Message: "no pending request \"r_a\""},
+			event:      func(id uint32) desktop.Event { return desktop.Event{ID: id, Action: "31"} },
+			err:        &protocol.Error{Code: protocol.CodeNotFound, Message: "no pending request \"r_a\""},
 			want:       &decision{"approve", "r_a", "31", "desktop"},
 			wantFollow: "Request r_a: no pending request \"r_a\"",
 		},
@@ -258,7 +263,7 @@ func TestApproverDecides(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newFakeScreen(false)
 			d := &fakeDecider{calls: make(chan decision, 4), err: tt.err}
-			a := startApprover(t, s, d, notify.ApproverOptions{})
+			a := startApprover(t, s, d, desktop.ApproverOptions{})
 			a.Pending(view("r_a"))
 			id := s.expect(t, "notify").id
 			s.events <- tt.event(id)
@@ -296,7 +301,7 @@ func TestApproverDecides(t *testing.T) {
 func TestApproverLifecycle(t *testing.T) {
 	t.Run("ok/ended-elsewhere-closes", func(t *testing.T) {
 		s := newFakeScreen(false)
-		a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, notify.ApproverOptions{})
+		a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, desktop.ApproverOptions{})
 		a.Pending(view("r_a"))
 		id := s.expect(t, "notify").id
 		a.Ended("r_a", "approved")
@@ -307,10 +312,10 @@ func TestApproverLifecycle(t *testing.T) {
 	t.Run("ok/dismissed-decides-nothing", func(t *testing.T) {
 		s := newFakeScreen(false)
 		d := &fakeDecider{calls: make(chan decision, 4)}
-		a := startApprover(t, s, d, notify.ApproverOptions{})
+		a := startApprover(t, s, d, desktop.ApproverOptions{})
 		a.Pending(view("r_a"))
 		id := s.expect(t, "notify").id
-		s.events <- notify.DesktopEvent{ID: id, Closed: true, Reason: notify.ClosedDismissed}
+		s.events <- desktop.Event{ID: id, Closed: true, Reason: desktop.ClosedDismissed}
 		a.Ended("r_a", "timeout")
 		a.Pending(view("r_barrier"))
 		if got := s.expect(t, "notify").n.Body; !strings.Contains(got, "r_barrier") {
@@ -322,7 +327,7 @@ func TestApproverLifecycle(t *testing.T) {
 	})
 	t.Run("ok/shown-once", func(t *testing.T) {
 		s := newFakeScreen(false)
-		a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, notify.ApproverOptions{})
+		a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, desktop.ApproverOptions{})
 		a.Pending(view("r_a"))
 		a.Pending(view("r_a"))
 		a.Ended("r_b", "approved")
@@ -336,11 +341,11 @@ func TestApproverLifecycle(t *testing.T) {
 	t.Run("ok/others-notifications-ignored", func(t *testing.T) {
 		s := newFakeScreen(false)
 		d := &fakeDecider{calls: make(chan decision, 4)}
-		a := startApprover(t, s, d, notify.ApproverOptions{})
+		a := startApprover(t, s, d, desktop.ApproverOptions{})
 		a.Pending(view("r_a"))
 		id := s.expect(t, "notify").id
-		s.events <- notify.DesktopEvent{ID: id + 100, Action: "47"}
-		s.events <- notify.DesktopEvent{ID: id, Action: "default"}
+		s.events <- desktop.Event{ID: id + 100, Action: "47"}
+		s.events <- desktop.Event{ID: id, Action: "default"}
 		a.Pending(view("r_barrier"))
 		s.expect(t, "notify")
 		if len(d.calls) != 0 {
@@ -349,7 +354,7 @@ func TestApproverLifecycle(t *testing.T) {
 	})
 	t.Run("ok/run-end-closes-all", func(t *testing.T) {
 		s := newFakeScreen(false)
-		a := notify.NewApprover(&fakeDecider{calls: make(chan decision, 4)}, s, notify.ApproverOptions{Logf: t.Logf})
+		a := desktop.NewApprover(&fakeDecider{calls: make(chan decision, 4)}, s, desktop.ApproverOptions{Logf: t.Logf})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- a.Run(ctx) }()
@@ -368,9 +373,9 @@ func TestApproverLifecycle(t *testing.T) {
 func TestApproverQRImage(t *testing.T) {
 	s := newFakeScreen(false)
 	dir := t.TempDir()
-	a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, notify.ApproverOptions{QRDir: dir})
+	a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, desktop.ApproverOptions{QRDir: dir})
 	link := "https://192.0.2.7:7450/r/r_qr"
-	a.Pending(view("r_qr", func(v *keyd.PendingView) { v.Link = link }))
+	a.Pending(view("r_qr", func(v *protocol.PendingView) { v.Link = link }))
 	got := s.expect(t, "notify")
 	u, err := url.Parse(got.n.ImagePath)
 	if err != nil || u.Scheme != "file" || filepath.Dir(u.Path) != dir {
@@ -488,44 +493,17 @@ func startDaemon(t *testing.T, dir, cfg string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policies.Parse([]byte(desktopPolicy), "desktop.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alog, err := audit.Open(filepath.Join(dir, "audit.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := keyd.NewServer(keyd.Options{Config: c, Policy: pol, Signer: key, Audit: alog, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("unix", d.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.Socket = d.sock
+	testdaemon.Start(t, c, desktopPolicy, dir)
 	if err := os.Chmod(d.sock, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("daemon shutdown: %v", err)
-		}
-		alog.Close()
-	})
 	return d
 }
 
-func (d *daemon) client(t *testing.T) *keyd.Client {
+func (d *daemon) client(t *testing.T) *client.Client {
 	t.Helper()
-	c, err := keyd.Dial(d.sock)
+	c, err := client.Dial(d.sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -537,7 +515,7 @@ func (d *daemon) client(t *testing.T) *keyd.Client {
 // it learns from HELLO whether it is weak, then shows what WATCH streams.
 func runApprover(t *testing.T, d *daemon, s *testdesktop.Session) (weak bool) {
 	t.Helper()
-	desk, err := notify.DialDesktop(s.Bus)
+	desk, err := desktop.Dial(s.Bus)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +525,7 @@ func runApprover(t *testing.T, d *daemon, s *testdesktop.Session) (weak bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := notify.NewApprover(c, desk, notify.ApproverOptions{Weak: man.Caller.Weak, QRDir: t.TempDir(), Logf: t.Logf})
+	a := desktop.NewApprover(c, desk, desktop.ApproverOptions{Weak: man.Caller.Weak, QRDir: t.TempDir(), Logf: t.Logf})
 	runDone := make(chan error, 1)
 	go func() { runDone <- a.Run(ctx) }()
 	go c.Watch(ctx, a.Pending, a.Ended)
@@ -561,29 +539,29 @@ func runApprover(t *testing.T, d *daemon, s *testdesktop.Session) (weak bool) {
 
 // ask is a grant request waiting for a human.
 type ask struct {
-	ev  keyd.Event
+	ev  protocol.Event
 	res chan askResult
 }
 
 type askResult struct {
-	g   *keyd.GrantResult
+	g   *protocol.GrantResult
 	err error
 }
 
 // askGrant sends a grant request from c and returns once the daemon has
 // queued it and told the requester its match code.
-func askGrant(t *testing.T, c *keyd.Client, cavs ...grant.Caveat) *ask {
+func askGrant(t *testing.T, c *client.Client, cavs ...grant.Caveat) *ask {
 	t.Helper()
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := &ask{res: make(chan askResult, 1)}
-	evs := make(chan keyd.Event, 4)
+	evs := make(chan protocol.Event, 4)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		g, err := c.Grant(ctx, key, cavs, func(e keyd.Event) { evs <- e })
+		g, err := c.Grant(ctx, key, cavs, func(e protocol.Event) { evs <- e })
 		a.res <- askResult{g, err}
 	}()
 	select {
@@ -626,9 +604,9 @@ func menuEntries(t *testing.T, menu []string) map[string]string {
 
 func wantDenied(t *testing.T, err error) {
 	t.Helper()
-	var e *keyd.Error
-	if !errors.As(err, &e) || e.Code != keyd.CodeDenied {
-		t.Fatalf("the agent got %v, want code %s", err, keyd.CodeDenied)
+	var e *protocol.Error
+	if !errors.As(err, &e) || e.Code != protocol.CodeDenied {
+		t.Fatalf("the agent got %v, want code %s", err, protocol.CodeDenied)
 	}
 }
 
@@ -712,8 +690,8 @@ func TestDesktopWithDunst(t *testing.T) {
 		if !ok {
 			t.Fatal("the closed notification is not in dunst's history")
 		}
-		if h.AppName != notify.AppName || !strings.HasPrefix(h.Body, notify.WeakLine+"\n") {
-			t.Errorf("history entry: app %q, body %q; want %s and the weak line first", h.AppName, h.Body, notify.AppName)
+		if h.AppName != desktop.AppName || !strings.HasPrefix(h.Body, desktop.WeakLine+"\n") {
+			t.Errorf("history entry: app %q, body %q; want %s and the weak line first", h.AppName, h.Body, desktop.AppName)
 		}
 	})
 
@@ -830,7 +808,7 @@ func TestDesktopWithDunst(t *testing.T) {
 }
 
 // codesOf returns the codes the daemon offers for request id.
-func codesOf(t *testing.T, c *keyd.Client, id string) []string {
+func codesOf(t *testing.T, c *client.Client, id string) []string {
 	t.Helper()
 	list, err := c.Pending(context.Background())
 	if err != nil {
@@ -857,7 +835,7 @@ func TestDesktopAgentHelper(t *testing.T) {
 	if sock == "" {
 		return // an ordinary test run: this runs only as a helper process
 	}
-	c, err := keyd.Dial(sock)
+	c, err := client.Dial(sock)
 	if err != nil {
 		fmt.Println("refused dial:", err)
 		os.Exit(1)
@@ -865,10 +843,10 @@ func TestDesktopAgentHelper(t *testing.T) {
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	g, err := c.Grant(ctx, key, []grant.Caveat{grant.Svc("strong.example"), grant.Can("mail.read")}, func(e keyd.Event) {
+	g, err := c.Grant(ctx, key, []grant.Caveat{grant.Svc("strong.example"), grant.Can("mail.read")}, func(e protocol.Event) {
 		fmt.Printf("asked %s %s\n", e.Request, e.Code)
 	})
-	var e *keyd.Error
+	var e *protocol.Error
 	switch {
 	case err == nil:
 		fmt.Printf("granted %s %s\n", g.Channel, g.Strength)
@@ -946,7 +924,7 @@ func TestDesktopStrongApprover(t *testing.T) {
 	if !ok {
 		t.Fatal("the closed notification is not in dunst's history")
 	}
-	if strings.Contains(h.Body, notify.WeakLine) {
+	if strings.Contains(h.Body, desktop.WeakLine) {
 		t.Errorf("a strong approver's notification says it is weak: %q", h.Body)
 	}
 }
@@ -970,7 +948,7 @@ func TestSessionBusAddress(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("DBUS_SESSION_BUS_ADDRESS", tt.env)
 			t.Setenv("XDG_RUNTIME_DIR", tt.runtime)
-			got, err := notify.SessionBusAddress()
+			got, err := desktop.SessionBusAddress()
 			if tt.want == "" {
 				if err == nil {
 					t.Fatalf("got %q, want an error (never a bus of its own)", got)

@@ -1,4 +1,4 @@
-package keyd
+package protocol
 
 import (
 	"bufio"
@@ -116,13 +116,13 @@ type Frame struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
-// err returns the refusal an ERROR frame carries.
-func (f *Frame) err() *Error {
+// Err returns the refusal an ERROR frame carries.
+func (f *Frame) Err() *Error {
 	return &Error{Code: f.Code, Message: f.Message, Fix: f.Fix, Retry: f.Retry, Rule: f.Rule}
 }
 
-// frameReader reads newline-delimited frames with a hard size cap.
-type frameReader struct {
+// FrameReader reads newline-delimited frames with a hard size cap.
+type FrameReader struct {
 	r *bufio.Reader
 }
 
@@ -133,18 +133,18 @@ type frameReader struct {
 // buffers were reused (docs/performance.md).
 const frameReadBuffer = 4 << 10
 
-func newFrameReader(r io.Reader) *frameReader {
-	return &frameReader{r: bufio.NewReaderSize(r, frameReadBuffer)}
+func NewFrameReader(r io.Reader) *FrameReader {
+	return &FrameReader{r: bufio.NewReaderSize(r, frameReadBuffer)}
 }
 
-// errFrameTooLarge reports a frame over MaxFrame; the reader has already
+// ErrFrameTooLarge reports a frame over MaxFrame; the reader has already
 // skipped past it and stays usable.
-var errFrameTooLarge = errors.New("frame larger than 1 MiB")
+var ErrFrameTooLarge = errors.New("frame larger than 1 MiB")
 
-// next returns the next frame's bytes without its newline. An oversized frame
-// is discarded up to its newline and reported as errFrameTooLarge: the
+// Next returns the next frame's bytes without its newline. An oversized frame
+// is discarded up to its newline and reported as ErrFrameTooLarge: the
 // connection stays usable (§2.1) and at most MaxFrame bytes are held.
-func (fr *frameReader) next() ([]byte, error) {
+func (fr *FrameReader) Next() ([]byte, error) {
 	var buf []byte
 	for {
 		chunk, err := fr.r.ReadSlice('\n')
@@ -158,7 +158,7 @@ func (fr *frameReader) next() ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			return nil, errFrameTooLarge
+			return nil, ErrFrameTooLarge
 		}
 		buf = append(buf, chunk...)
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -174,16 +174,16 @@ func (fr *frameReader) next() ([]byte, error) {
 	}
 }
 
-// encodeFrame serializes f as one line. encoding/json escapes newlines inside
+// EncodeFrame serializes f as one line. encoding/json escapes newlines inside
 // strings, so the output has exactly one, at the end.
-func encodeFrame(f *Frame) ([]byte, error) {
+func EncodeFrame(f *Frame) ([]byte, error) {
 	f.Parley = Version
 	b, err := json.Marshal(f)
 	if err != nil {
 		return nil, err
 	}
 	if len(b) > MaxFrame {
-		return nil, errFrameTooLarge
+		return nil, ErrFrameTooLarge
 	}
 	return append(b, '\n'), nil
 }
