@@ -38,6 +38,10 @@ type Options struct {
 	// Audit, when set, is used instead of the log in State: tests give a
 	// sink that fails. The daemon does not close it.
 	Audit AuditSink
+	// AuditOptions say how the log in State is opened (journal, witnesses,
+	// segments, preallocation). Its Signer is Signer unless set: the log
+	// signs its checkpoints with the principal key (docs/audit.md).
+	AuditOptions audit.Options
 	// Logf receives operational messages (not audit records). Nil discards.
 	Logf func(format string, args ...any)
 	// Now is the clock; nil means time.Now.
@@ -84,7 +88,11 @@ func New(o Options) (*Daemon, error) {
 		if o.State == "" {
 			return nil, errors.New("keyd: a daemon needs a state folder for its audit log")
 		}
-		l, err := audit.Open(filepath.Join(o.State, "audit.log"))
+		ao := o.AuditOptions
+		if ao.Signer == nil {
+			ao.Signer = o.Signer
+		}
+		l, err := ao.Open(filepath.Join(o.State, "audit.log"))
 		if err != nil {
 			return nil, err
 		}
@@ -216,10 +224,19 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// Reload rereads the configuration file the daemon was started with and the
+// Reload reopens the audit log if it was moved under the daemon, and
+// rereads the configuration file the daemon was started with and the
 // policy file it names. Property 6: when either does not parse, nothing
 // changes. Either outcome goes into the audit log.
 func (d *Daemon) Reload() error {
+	// SIGHUP also starts a new audit segment when the log was moved,
+	// deleted or truncated under the daemon (docs/audit.md, Rotating);
+	// when it was not, Reopen does nothing.
+	if d.log != nil {
+		if err := d.log.Reopen(); err != nil {
+			d.logf("audit log: %v", err)
+		}
+	}
 	old := d.cfg.Load()
 	cfg, err := LoadConfig(old.path)
 	var pol *policies.Policy

@@ -12,6 +12,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
+	"github.com/parley-keyd/parley-keyd/internal/journal"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 
 	"github.com/parley-keyd/parley-keyd/keyd"
@@ -67,7 +68,14 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	}
 	defer signer.Close()
 
-	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, SignerInfo: signer.Describe().String(), Logf: logger.Printf})
+	// The audit log writes every record and checkpoint to the journal and
+	// preallocates 16 KiB ahead (docs/audit.md); it signs its checkpoints
+	// with the signer. Witnesses, segments and retention are the
+	// configuration's to add.
+	jl := journal.New(journal.Options{Identifier: "parley-keyd"})
+	defer jl.Close()
+	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, SignerInfo: signer.Describe().String(), Logf: logger.Printf,
+		AuditOptions: audit.Options{Journal: jl, Preallocate: 16 << 10}})
 	var pe *keyd.PolicyError
 	switch {
 	case errors.As(err, &pe):

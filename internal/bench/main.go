@@ -80,6 +80,7 @@ type options struct {
 	verifyTime                                  string
 	verify                                      bool
 	signers                                     string
+	startup                                     string // record counts for the start-up figures (startup.go)
 }
 
 // The bench's own systems.
@@ -126,7 +127,8 @@ type Figures struct {
 	// records of one group commit share their time stamp.
 	AuditBatch float64
 	// Signers are the GRANT figures through each key backend (-signers).
-	Signers []signerRow `json:",omitempty"`
+	Signers []signerRow  `json:",omitempty"`
+	Startup []startupRow // start-up against the audit log's length
 }
 
 func run() error {
@@ -147,6 +149,7 @@ func run() error {
 	flag.StringVar(&o.verifyTime, "verify-benchtime", "1s", "-benchtime of grant's verification benchmarks")
 	flag.BoolVar(&o.verify, "verify", true, "run grant's verification and signing benchmarks")
 	flag.StringVar(&o.signers, "signers", "", `key backends too: "also" after the main figures, "only" for them alone (needs SoftHSM2)`)
+	flag.StringVar(&o.startup, "startup", "1000,100000,1000000", "audit log lengths for the start-up figures (empty: none)")
 	flag.Parse()
 
 	sshBin, err := exec.LookPath(o.sshAgentBin)
@@ -350,10 +353,16 @@ func run() error {
 			return err
 		}
 	}
+	if sizes, err := parseSizes(o.startup); err != nil {
+		return err
+	} else if fig.Startup, err = measureStartup(bin, dir, sizes, 9); err != nil {
+		return err
+	}
 	fig.Summary = summarize(&fig)
 
 	report(os.Stdout, &fig)
 	reportSigners(os.Stdout, fig.Signers)
+	reportStartup(os.Stdout, fig.Startup)
 	if o.jsonOut != "" {
 		b, err := json.MarshalIndent(&fig, "", "  ")
 		if err != nil {
