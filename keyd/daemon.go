@@ -88,9 +88,9 @@ func New(o Options) (*Daemon, error) {
 		if o.State == "" {
 			return nil, errors.New("keyd: a daemon needs a state folder for its audit log")
 		}
-		ao := o.AuditOptions
-		if ao.Signer == nil {
-			ao.Signer = o.Signer
+		ao, err := auditOptions(o)
+		if err != nil {
+			return nil, err
 		}
 		l, err := ao.Open(filepath.Join(o.State, "audit.log"))
 		if err != nil {
@@ -106,6 +106,37 @@ func New(o Options) (*Daemon, error) {
 	}
 	d.Server = srv
 	return d, nil
+}
+
+// auditOptions are the audit log's options: what the caller set, with the
+// configuration's [audit] table on top and the daemon's signer for the
+// checkpoints unless the caller gave another.
+func auditOptions(o Options) (audit.Options, error) {
+	ao := o.AuditOptions
+	c, err := o.Config.Audit.Options()
+	if err != nil {
+		return ao, err
+	}
+	ao.Witnesses = append(ao.Witnesses, c.Witnesses...)
+	if c.CheckpointEvery != 0 {
+		ao.CheckpointEvery = c.CheckpointEvery
+	}
+	if c.CheckpointInterval != 0 {
+		ao.CheckpointInterval = c.CheckpointInterval
+	}
+	if c.SegmentSize != 0 {
+		ao.SegmentSize = c.SegmentSize
+	}
+	if c.SegmentAge != 0 {
+		ao.SegmentAge = c.SegmentAge
+	}
+	if c.Retain != 0 {
+		ao.Retain = c.Retain
+	}
+	if ao.Signer == nil {
+		ao.Signer = o.Signer
+	}
+	return ao, nil
 }
 
 // PolicyError is a policy file that cannot be read or does not parse.
