@@ -482,9 +482,11 @@ func checkNewCaveats(caveats []Caveat) error {
 	return nil
 }
 
+// checkHolder refuses to hand a grant to a key that CheckPublicKey refuses:
+// a grant held by a small-order key is usable by anyone (issue 10 item 1).
 func checkHolder(holder ed25519.PublicKey) error {
-	if len(holder) != ed25519.PublicKeySize {
-		return errors.New("holder is not an ed25519 public key")
+	if err := CheckPublicKey(holder); err != nil {
+		return fmt.Errorf("holder: %w", err)
 	}
 	return nil
 }
