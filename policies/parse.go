@@ -1,7 +1,6 @@
 package policies
 
 import (
-	"encoding/base64"
 	"fmt"
 	"math"
 	"strconv"
@@ -383,14 +382,16 @@ func checkVerb(s string) error {
 	return nil
 }
 
+// checkKey accepts a holder key exactly as grant.ParsePublicKey does, so a
+// policy can name no key that the daemon would refuse as a holder: in
+// particular no small-order key, whose grants anyone could use (issue 10
+// item 1).
 func checkKey(s string) error {
-	raw, ok := strings.CutPrefix(s, "ed25519:")
-	if !ok {
+	if !strings.HasPrefix(s, grant.PublicKeyPrefix) {
 		return fmt.Errorf("%q must start with \"ed25519:\"", s)
 	}
-	b, err := base64.RawURLEncoding.Strict().DecodeString(raw)
-	if err != nil || len(b) != 32 {
-		return fmt.Errorf("%q is not ed25519: and 43 base64url characters", s)
+	if _, err := grant.ParsePublicKey(s); err != nil {
+		return fmt.Errorf("%q is not an ed25519: key of 43 base64url characters that names a usable key: %w", s, err)
 	}
 	return nil
 }
