@@ -112,7 +112,9 @@ func parseGrantBody(raw json.RawMessage, now int64) (GrantBody, ed25519.PublicKe
 	}
 	holder, err := grant.ParsePublicKey(body.Holder)
 	if err != nil {
-		return body, nil, req, &Error{Code: CodeInvalidParams, Message: "the holder key is not a valid \"ed25519:…\" key",
+		// Property 10: grant.ParsePublicKey refuses small-order keys,
+		// whose grants anyone could use with a forged proof.
+		return body, nil, req, &Error{Code: CodeInvalidParams, Message: "the holder key is refused: " + shortErr(err),
 			Fix: "print your key with: parley-grant pubkey"}
 	}
 	req, err = requestFromCaveats(body.Caveats, now)
@@ -551,7 +553,8 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 	}
 	holder, err := grant.ParsePublicKey(f.Holder)
 	if err != nil {
-		return nil, &Error{Code: CodeInvalidParams, Message: "the holder key is not a valid \"ed25519:…\" key"}
+		return nil, &Error{Code: CodeInvalidParams, Message: "the holder key is refused: " + shortErr(err),
+			Fix: "print your key with: parley-grant pubkey"}
 	}
 	var cr grant.ConsentRequest
 	if err := json.Unmarshal(unwrapObject(f.Consent, "consent"), &cr); err != nil || cr.Hash == "" {
