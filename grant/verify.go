@@ -107,7 +107,7 @@ func rank(c Code) int {
 }
 
 func checkContext(ctx *Context) error {
-	bad := func(msg string) error { return newError(CodeBadInput, msg) }
+	bad := func(msg string) error { return newError(CodeInvalidParams, msg) }
 	if ctx.Verb == "COMMIT" && ctx.Proposal == nil {
 		return bad("a COMMIT is verified against its proposal, and none was given")
 	}

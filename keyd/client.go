@@ -322,9 +322,11 @@ func (c *Client) Consent(ctx context.Context, holder crypto.Signer, service stri
 	if err != nil {
 		return nil, err
 	}
-	var cr grant.ConsentRequest
-	if err := json.Unmarshal(unwrapObject(consent, "consent"), &cr); err != nil || cr.Hash == "" {
-		return nil, errors.New("the consent is not a §6.6 consent object or a consent_required ERROR frame")
+	// Read as the daemon reads it, so that a consent it would refuse is
+	// refused here with the same reason, before anything is signed.
+	cr, err := consentObject(consent)
+	if err != nil {
+		return nil, fmt.Errorf("the consent is not a §6.6 consent object or a consent_required ERROR frame: %w", err)
 	}
 	proof, err := grant.MakeProof(holder, principal, ProofVerbConsent, cr.Hash, time.Now().Unix())
 	if err != nil {

@@ -1,12 +1,12 @@
 package keyd
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -105,10 +105,11 @@ func parseGrantBody(raw json.RawMessage, now int64) (GrantBody, ed25519.PublicKe
 	if len(raw) == 0 {
 		return body, nil, req, &Error{Code: CodeInvalidParams, Message: "the request needs a \"grant\" object with \"holder\" and \"caveats\""}
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		return body, nil, req, &Error{Code: CodeInvalidParams, Message: "the \"grant\" object is malformed: " + shortErr(err)}
+	// One strict reading (property 9): "Holder" beside "holder", or a
+	// second "holder", is refused rather than read one way here and
+	// another in the proof's digest.
+	if err := grant.DecodeStrictKnown(raw, &body); err != nil {
+		return body, nil, req, &Error{Code: CodeInvalidParams, Message: "the \"grant\" object is malformed: " + jsonErr(err)}
 	}
 	holder, err := grant.ParsePublicKey(body.Holder)
 	if err != nil {
@@ -527,16 +528,29 @@ func (c *conn) explain(f *Frame) (*Frame, error) {
 	return &Frame{Kind: KindExplain, Data: raw}, nil
 }
 
-// unwrapObject returns the member key of raw when raw is an object holding it
-// (a whole ERROR or PROPOSALS frame), else raw itself.
-func unwrapObject(raw json.RawMessage, key string) json.RawMessage {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) == nil {
-		if v, ok := m[key]; ok {
-			return v
-		}
+// consentObject reads the consent object of a CONSENT request (§6.6): the
+// service's consent object, or its whole consent_required ERROR frame that
+// holds one under "consent". Both are read strictly (property 9), so a
+// "Hash" beside "hash" is refused, not read one way here and another by
+// the service.
+func consentObject(raw json.RawMessage) (grant.ConsentRequest, error) {
+	var cr grant.ConsentRequest
+	var frame struct {
+		Consent json.RawMessage `json:"consent"`
 	}
-	return raw
+	if err := grant.DecodeStrict(raw, &frame); err != nil {
+		return cr, err
+	}
+	if frame.Consent != nil {
+		raw = frame.Consent
+	}
+	if err := grant.DecodeStrict(raw, &cr); err != nil {
+		return cr, err
+	}
+	if cr.Hash == "" {
+		return cr, errors.New("it has no \"hash\"")
+	}
+	return cr, nil
 }
 
 // consent runs the pipeline for a consent grant (§6.6). Property 5: the
@@ -556,9 +570,10 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 		return nil, &Error{Code: CodeInvalidParams, Message: "the holder key is refused: " + shortErr(err),
 			Fix: "print your key with: parley-grant pubkey"}
 	}
-	var cr grant.ConsentRequest
-	if err := json.Unmarshal(unwrapObject(f.Consent, "consent"), &cr); err != nil || cr.Hash == "" {
-		return nil, &Error{Code: CodeInvalidParams, Message: "the consent is not a §6.6 consent object or a consent_required ERROR frame"}
+	cr, err := consentObject(f.Consent)
+	if err != nil {
+		return nil, &Error{Code: CodeInvalidParams, Message: "the consent is not a §6.6 consent object or a consent_required ERROR frame: " + jsonErr(err),
+			Fix: "pass the consent_required error exactly as the service sent it"}
 	}
 	if err := c.checkProof(f, f.Holder, ProofVerbConsent, cr.Hash, now); err != nil {
 		return nil, err
@@ -571,7 +586,9 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 	if err := c.rateLimit(pol, agent); err != nil {
 		return nil, err
 	}
-	propRaw, err := pickProposal(f.Proposal, cr.Proposal)
+	// The proposal is parsed once, here; its hash, the policy's facts
+	// and the human's rendering all come from this parse (property 9).
+	prop, err := pickProposal(f.Proposal, cr.Proposal)
 	if err != nil {
 		return nil, err
 	}
@@ -585,11 +602,13 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 		return refuse(&Error{Code: CodeConflict, Message: "the consent request is not for this daemon's principal",
 			Fix: "pass the consent_required error exactly as the service sent it; it names the principal"})
 	}
-	prop, err := grant.CheckConsent(cr, f.Service, propRaw, now)
-	if err != nil {
+	if err := grant.CheckConsent(cr, f.Service, prop, now); err != nil {
 		code := CodeConflict
-		if ge, ok := err.(*grant.Error); ok && ge.Code == grant.CodeExpired {
+		switch grant.CodeOf(err) {
+		case grant.CodeExpired:
 			code = CodeExpired
+		case grant.CodeInvalidParams:
+			code = CodeInvalidParams
 		}
 		return refuse(&Error{Code: code, Message: "the consent does not match the proposal: " + shortErr(err),
 			Fix: "pass the proposal exactly as the service sent it, and the consent from the same service"})
@@ -611,7 +630,7 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 	if d.Action != policies.Ask {
 		return refuse(&Error{Code: CodeForbidden, Rule: d.Rule, Message: d.Reason})
 	}
-	view := c.renderConsent(rec.RequestID, agent, f.Holder, f.Service, cr.Hash, prop, propRaw, d)
+	view := c.renderConsent(rec.RequestID, agent, f.Holder, f.Service, prop, d)
 	a, err := c.waitForHuman(f, view, agent, pol.MaxPending(agent), d.Channels, d.Strong)
 	rec.DecidedBy.Approver, rec.DecidedBy.Channel, rec.DecidedBy.Strength = a.Approver, a.Channel, strength(a)
 	rec.Decision = "ask"
@@ -649,24 +668,44 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 	return grantReply(tok, cavs, exp, rec, nil)
 }
 
-// pickProposal finds the proposal the consent names inside a PROPOSALS frame,
-// or returns a bare proposal as it is.
-func pickProposal(raw json.RawMessage, id string) (json.RawMessage, error) {
+// pickProposal finds the proposal the consent names inside a PROPOSALS
+// frame, or takes a bare proposal as it is, and parses it once with
+// grant.ParseProposal. Every read is strict (property 9): a "Proposals" or
+// an "ID" in another case is refused, never taken for the real one.
+func pickProposal(raw json.RawMessage, id string) (*grant.Proposal, error) {
+	bad := func(err error) error {
+		return &Error{Code: CodeInvalidParams, Message: "the proposal is malformed: " + jsonErr(err),
+			Fix: "pass the proposal exactly as the service sent it"}
+	}
 	var frame struct {
 		Proposals []json.RawMessage `json:"proposals"`
 	}
-	if json.Unmarshal(raw, &frame) == nil && frame.Proposals != nil {
-		for _, p := range frame.Proposals {
-			var head struct {
-				ID string `json:"id"`
-			}
-			if json.Unmarshal(p, &head) == nil && head.ID == id {
-				return p, nil
-			}
-		}
-		return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf("the PROPOSALS frame holds no proposal %q", id)}
+	if err := grant.DecodeStrict(raw, &frame); err != nil {
+		return nil, bad(err)
 	}
-	return raw, nil
+	if frame.Proposals == nil {
+		p, err := grant.ParseProposal(raw)
+		if err != nil {
+			return nil, bad(err)
+		}
+		return p, nil
+	}
+	for i, one := range frame.Proposals {
+		var head struct {
+			ID string `json:"id"`
+		}
+		if err := grant.DecodeStrict(one, &head); err != nil {
+			return nil, bad(fmt.Errorf("proposals[%d]: %w", i, err))
+		}
+		if head.ID == id {
+			p, err := grant.ParseProposal(one)
+			if err != nil {
+				return nil, bad(fmt.Errorf("proposals[%d]: %w", i, err))
+			}
+			return p, nil
+		}
+	}
+	return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf("the PROPOSALS frame holds no proposal %q", id)}
 }
 
 func (c *conn) pending(f *Frame) (*Frame, error) {
