@@ -581,7 +581,7 @@ type ConsentRequest struct {
 // the first three, only (which constrains COMMIT alone) would leave a
 // blanket grant for every other verb at every service.
 func ConsentCaveats(service, capability, hash string, expires int64) []Caveat {
-	return []Caveat{Svc(service), Verbs("COMMIT"), Can(capability), Only(hash), Exp(expires)}
+	return []Caveat{Svc(service), Verbs(VerbCommit), Can(capability), Only(hash), Exp(expires)}
 }
 
 // IssueConsent signs a consent grant (§6.6) for c: a root grant from

@@ -3,6 +3,8 @@ package keyd
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/parley-keyd/parley-keyd/grant"
 )
 
 // DaemonVersion is the daemon's release, reported by HELLO.
@@ -82,7 +84,7 @@ func (c *conn) hello(f *Frame) (*Frame, error) {
 		Service: ManifestService{ID: "parley-keyd", Name: "parley-keyd",
 			Summary: "Holds the principal key; issues attenuated and consent grants by policy and human approval."},
 		Version: DaemonVersion, Protocol: Version, Principal: c.s.principal,
-		Limits: ManifestLimits{Frame: MaxFrame, Inflight: maxInflight, Caveats: maxRequestCaveats,
+		Limits: ManifestLimits{Frame: MaxFrame, Inflight: maxInflight, Caveats: grant.MaxRequestCaveats,
 			ApprovalTimeout: int(cfg.ApprovalTimeout.Seconds()), ProofWindow: 300},
 		Channels: c.s.channels(),
 		Caller:   ManifestCaller{User: c.id.User, UID: c.id.UID, PID: c.id.PID, Weak: r.Weak},

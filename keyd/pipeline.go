@@ -122,90 +122,16 @@ func parseGrantBody(raw json.RawMessage, now int64) (GrantBody, ed25519.PublicKe
 	return body, holder, req, err
 }
 
-// parleyVerbs are the verbs a "verbs" caveat may name (§4).
-var parleyVerbs = []string{"HELLO", "ASK", "INTENT", "COMMIT", "UNDO", "EXPAND"}
-
-// maxRequestCaveats bounds the caveats of one request; a longer list is an
-// attempt to make validation and policy matching expensive.
-const maxRequestCaveats = 16
-
+// requestFromCaveats checks the caveats of a GRANT or EXPLAIN body with
+// grant.ParseRequest, which says what each caveat means (fail closed:
+// property 6), and converts what they ask for into a policy request.
 func requestFromCaveats(cavs []grant.Caveat, now int64) (policies.Request, error) {
-	req := policies.Request{Now: now}
-	bad := func(format string, args ...any) (policies.Request, error) {
-		return policies.Request{}, &Error{Code: CodeInvalidParams, Message: fmt.Sprintf(format, args...)}
+	r, err := grant.ParseRequest(cavs, now)
+	if err != nil {
+		return policies.Request{}, &Error{Code: CodeInvalidParams, Message: err.Error()}
 	}
-	if len(cavs) > maxRequestCaveats {
-		return bad("a request may carry at most %d caveats", maxRequestCaveats)
-	}
-	seen := map[string]bool{}
-	for _, cv := range cavs {
-		if !cv.Known() {
-			// Fail closed (§6.3): a caveat the spec does not define could
-			// mean anything to a service; the daemon never signs one.
-			return bad("unknown caveat %q", cv.Name)
-		}
-		if err := cv.Check(); err != nil {
-			return bad("caveat %q is malformed: %v", cv.Name, err)
-		}
-		if seen[cv.Name] {
-			return bad("caveat %q appears twice; ask for it once", cv.Name)
-		}
-		seen[cv.Name] = true
-		switch cv.Name {
-		case "svc", "verbs", "can":
-			list, _ := cv.Strings()
-			if len(list) == 0 {
-				return bad("caveat %q has an empty list, which would allow nothing", cv.Name)
-			}
-			switch cv.Name {
-			case "svc":
-				req.Svc = list
-			case "verbs":
-				for _, v := range list {
-					if !slices.Contains(parleyVerbs, v) {
-						return bad("verb %q is not a Parley verb (%s)", v, strings.Join(parleyVerbs, ", "))
-					}
-				}
-				req.Verbs = list
-			case "can":
-				for _, p := range list {
-					if p == "" || strings.Contains(strings.TrimSuffix(p, "*"), "*") {
-						return bad("capability pattern %q must be a name, a prefix ending in *, or *", p)
-					}
-				}
-				req.Can = list
-			}
-		case "exp":
-			req.Exp, _ = cv.Int()
-			if req.Exp <= now {
-				return bad("the expiry %d is not in the future", req.Exp)
-			}
-		case "nbf":
-			req.Nbf, _ = cv.Int()
-		case "per", "spend":
-			m, _ := cv.Money()
-			if m.Amount < 0 {
-				return bad("caveat %q has a negative amount", cv.Name)
-			}
-			if cv.Name == "per" {
-				req.Per = &m
-			} else {
-				req.Spend = &m
-			}
-		case "risk":
-			var r string
-			if err := json.Unmarshal(cv.Value, &r); err != nil {
-				return bad("caveat \"risk\" is malformed")
-			}
-			req.Risk = r
-		case "only":
-			return bad("an \"only\" caveat belongs in a consent grant")
-		}
-	}
-	if req.Nbf != 0 && req.Exp != 0 && req.Nbf >= req.Exp {
-		return bad("nbf must be before exp")
-	}
-	return req, nil
+	return policies.Request{Svc: r.Svc, Verbs: r.Verbs, Can: r.Can, Exp: r.Exp, Nbf: r.Nbf,
+		Per: r.Per, Spend: r.Spend, Risk: r.Risk, Now: now}, nil
 }
 
 // caveatsFromRequest turns what the policy decided into the caveats to sign,

@@ -142,6 +142,7 @@ func TestStrictFrames(t *testing.T) {
 		{"fail/frame-trailing", `{"parley":1,"id":"f","verb":"HELLO"} {"x":1}` + "\n", CodeBadFrame, "", []string{"after"}},
 		{"fail/grant-holder-twice", grantFrame("g", `{"holder":"`+holder+`","holder":"`+holder+`","caveats":[]}`), CodeBadFrame, "", []string{"duplicate", `"holder"`}},
 		{"fail/grant-holder-case", grantFrame("h", `{"Holder":"`+holder+`","caveats":[]}`), CodeInvalidParams, "h", []string{`"Holder"`, `"holder"`}},
+		{"fail/grant-caveat-case", grantFrame("i", `{"holder":"`+holder+`","caveats":[{"Can":["calendar.*"]}]}`), CodeInvalidParams, "i", []string{`"Can"`, `"can"`}},
 		{"fail/grant-unknown-field", grantFrame("j", calBody(`,"admin":true`)), CodeInvalidParams, "j", []string{`"admin"`}},
 		{"fail/consent-hash-case", consentFrame("k", strings.Replace(consent, `"hash":`, `"Hash":`, 1), string(prop)), CodeInvalidParams, "k", []string{`"Hash"`, `"hash"`}},
 		{"fail/consent-frame-case", consentFrame("l", strings.Replace(consent, `"consent":`, `"Consent":`, 1), string(prop)), CodeInvalidParams, "l", []string{`"Consent"`}},

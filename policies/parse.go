@@ -22,9 +22,6 @@ const (
 	maxString   = 1024 // bytes in one string
 )
 
-// verbs are the Parley verbs (§4) a grant's verbs caveat may list.
-var verbs = []string{"HELLO", "ASK", "INTENT", "COMMIT", "UNDO", "EXPAND"}
-
 // Parse parses and checks a policy file. It is strict: an unknown key, a
 // value of the wrong type, an unknown agent name in a rule, a limit that
 // does not parse or a rule that mixes keys of different actions is an
@@ -366,18 +363,19 @@ func checkPattern(s string) error {
 	if err := printable(s); err != nil {
 		return err
 	}
-	if !validPattern(s) {
+	if !grant.ValidPattern(s) {
 		return fmt.Errorf("%q is not a pattern: an exact name, or a prefix followed by one final *", s)
 	}
 	return nil
 }
 
 func checkVerb(s string) error {
-	if !has(verbs, s) {
-		if has(verbs, strings.ToUpper(s)) {
+	// The Parley verbs (§4) a grant's verbs caveat may list: grant's list.
+	if !grant.IsParleyVerb(s) {
+		if grant.IsParleyVerb(strings.ToUpper(s)) {
 			return fmt.Errorf("verbs are upper case: write %q", strings.ToUpper(s))
 		}
-		return fmt.Errorf("unknown verb %q (want %s)", s, strings.Join(verbs, ", "))
+		return fmt.Errorf("unknown verb %q (want %s)", s, strings.Join(grant.ParleyVerbs(), ", "))
 	}
 	return nil
 }
