@@ -39,16 +39,16 @@ type strictTarget struct {
 	Ptr    *strictInner     `json:"ptr"`
 	Shadow int              `json:"shadow"`
 	Skip   string           `json:"-"`
-	NoTag  string           //nolint: a field without a tag keeps its Go name
+	NoTag  string           // no tag: the Go name is the JSON name
 	Nested map[string]Money `json:"nested"`
-	unexp  string
+	unexp  string           // never set from JSON
 }
 
 func TestDecodeStrict(t *testing.T) {
 	ok := `{"id":"p_1","cost":{"amount":100000,"currency":"USD"},"items":[{"op":"charge","n":3,"f":1.5,"any":{"x":[1,"y",null,true]}}],` +
 		`"map":{"a":1,"A":2},"raw":{"keep":  [1, 2]},"num":12345678901234567890,"flag":true,"u8":255,"arr":["a","b","c"],` +
 		`"any":9007199254740993,"cav":[{"can":["x.*"]}],"ptr":{"op":"p"},"e":"emb","shadow":7,"NoTag":"nt","nested":{"k":{"amount":1,"currency":"EUR"}},` +
-		`"unknown":{"deep":[{"a":1}]},"-":"dash","Skip":"s"}`
+		`"unknown":{"deep":[{"a":1}]},"-":"dash","Skip":"s","unexp":"u"}`
 	var got strictTarget
 	if err := DecodeStrict([]byte(ok), &got); err != nil {
 		t.Fatal(err)
@@ -62,7 +62,8 @@ func TestDecodeStrict(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("DecodeStrict = %+v\nencoding/json = %+v", got, want)
 	}
-	if got.Any != json.Number("9007199254740993") || string(got.Raw) != `{"keep":  [1, 2]}` || got.Arr != [2]string{"a", "b"} {
+	if got.Any != json.Number("9007199254740993") || string(got.Raw) != `{"keep":  [1, 2]}` || got.Arr != [2]string{"a", "b"} ||
+		got.unexp != "" || got.Skip != "" {
 		t.Errorf("got %+v", got)
 	}
 

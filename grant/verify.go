@@ -67,6 +67,11 @@ type Result struct {
 //
 // A COMMIT needs ctx.Proposal; its absence, a risk that is not a level, a
 // negative cost or a negative Spent entry is an invalid_params error.
+//
+// Every key of the chain passes CheckPublicKey when the token decodes, so
+// an entry of trusted that CheckPublicKey refuses (a small-order key, for
+// which anyone could sign a root grant) matches no issuer: it trusts
+// nothing.
 func Verify(tokens []string, trusted []string, ctx Context) (*Result, error) {
 	if len(tokens) == 0 {
 		return nil, newError(CodeUnauthorized, "no grant presented")
