@@ -213,9 +213,33 @@ func (d *strictDecoder) nameError(err error, name, known string, off int) error 
 	return &JSONError{Path: d.pathString(), Offset: off, Name: name, Known: known, Err: err}
 }
 
-// typeError reports a value that the target cannot hold.
+// typeError reports a value that the target cannot hold, in JSON's words:
+// the message may reach whoever sent the JSON.
 func (d *strictDecoder) typeError(what string, t reflect.Type) error {
-	return d.fail(fmt.Errorf("cannot put a JSON %s into a Go value of type %s", what, t))
+	return d.fail(fmt.Errorf("want %s, not a JSON %s", jsonWant(t), what))
+}
+
+// jsonWant names the JSON value a Go type takes.
+func jsonWant(t reflect.Type) string {
+	if t == numberType {
+		return "a number"
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "an integer in range"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "another value"
 }
 
 var (
