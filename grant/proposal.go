@@ -113,15 +113,15 @@ func parseProposalObject(raw []byte) (map[string]any, []byte, error) {
 	}
 	m := map[string]any{}
 	var data []byte
-	err := d.members(func(name string, _ int) error {
+	err := d.members(func(name []byte, _ int) error {
 		start := d.i
 		d.enter(name)
 		x, err := d.anyValue(1, true)
 		d.leave()
-		if name == "data" {
+		if string(name) == "data" {
 			data = append([]byte(nil), raw[start:d.i]...)
 		}
-		m[name] = x
+		m[string(name)] = x
 		return err
 	})
 	if err == nil {

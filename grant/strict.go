@@ -1,6 +1,7 @@
 package grant
 
 import (
+	"bytes"
 	"encoding"
 	"encoding/json"
 	"errors"
@@ -171,14 +172,15 @@ type strictDecoder struct {
 	path  []step // where the decoder is, for errors
 }
 
-// step is one step of a path: a member name, or an index when name is "".
+// step is one step of a path: a member name, or an index.
 type step struct {
-	name  string
-	index int
+	name    []byte // aliases the input or a decoded name; read only for errors
+	index   int
+	isIndex bool
 }
 
-func (d *strictDecoder) enter(name string) { d.path = append(d.path, step{name: name}) }
-func (d *strictDecoder) enterIndex(i int)  { d.path = append(d.path, step{index: i}) }
+func (d *strictDecoder) enter(name []byte) { d.path = append(d.path, step{name: name}) }
+func (d *strictDecoder) enterIndex(i int)  { d.path = append(d.path, step{index: i, isIndex: true}) }
 func (d *strictDecoder) leave()            { d.path = d.path[:len(d.path)-1] }
 
 // pathString renders the path to the current value, cut after 8 steps.
@@ -189,14 +191,14 @@ func (d *strictDecoder) pathString() string {
 			b.WriteString("…")
 			break
 		}
-		if st.name == "" {
+		if st.isIndex {
 			b.WriteString("[" + strconv.Itoa(st.index) + "]")
 			continue
 		}
 		if i > 0 {
 			b.WriteByte('.')
 		}
-		b.WriteString(pathName(st.name))
+		b.WriteString(pathName(string(st.name)))
 	}
 	return b.String()
 }
@@ -298,7 +300,9 @@ func (d *strictDecoder) decode(v reflect.Value, depth int) error {
 		if err := d.skip(depth); err != nil {
 			return err
 		}
-		raw := append([]byte(nil), d.b[start:d.i]...)
+		// As encoding/json does, the Unmarshaler gets the input's own
+		// bytes, and copies what it keeps (json.RawMessage does).
+		raw := d.b[start:d.i:d.i]
 		if err := v.Addr().Interface().(json.Unmarshaler).UnmarshalJSON(raw); err != nil {
 			d.i = start
 			return d.fail(err)
@@ -460,39 +464,70 @@ func (d *strictDecoder) skipNumber() (int, error) {
 }
 
 // names tracks the member names of one object, to refuse a second one.
+// Names alias the input where they have no escapes, and the first few are
+// kept in place, so that checking a value that is only skipped allocates
+// little.
 type names struct {
-	list []string
-	set  map[string]struct{}
+	first [8][]byte
+	n     int
+	set   map[string]struct{}
 }
 
 // add reports false when name was already there.
-func (n *names) add(name string) bool {
+func (n *names) add(name []byte) bool {
 	if n.set != nil {
-		if _, dup := n.set[name]; dup {
+		if _, dup := n.set[string(name)]; dup {
 			return false
 		}
-		n.set[name] = struct{}{}
+		n.set[string(name)] = struct{}{}
 		return true
 	}
-	for _, s := range n.list {
-		if s == name {
+	for _, s := range n.first[:n.n] {
+		if bytes.Equal(s, name) {
 			return false
 		}
 	}
-	n.list = append(n.list, name)
-	// Many members: a set keeps the check linear, not quadratic.
-	if len(n.list) > 16 {
-		n.set = make(map[string]struct{}, 2*len(n.list))
-		for _, s := range n.list {
-			n.set[s] = struct{}{}
-		}
+	if n.n < len(n.first) {
+		n.first[n.n] = name
+		n.n++
+		return true
 	}
+	// Many members: a set keeps the check linear, not quadratic.
+	n.set = make(map[string]struct{}, 32)
+	for _, s := range n.first {
+		n.set[string(s)] = struct{}{}
+	}
+	n.set[string(name)] = struct{}{}
 	return true
 }
 
+// name reads a member name: the input's own bytes when the name has no
+// escape, else its decoded text.
+func (d *strictDecoder) name() ([]byte, error) {
+	start := d.i + 1
+	for i := start; i < len(d.b); i++ {
+		c := d.b[i]
+		if c == '"' {
+			seg := d.b[start:i:i]
+			if !utf8.Valid(seg) {
+				d.i = start
+				return nil, errUTF8
+			}
+			d.i = i + 1
+			return seg, nil
+		}
+		if c == '\\' || c < 0x20 {
+			break
+		}
+	}
+	s, err := d.str()
+	return []byte(s), err
+}
+
 // members reads an object and calls member for each name, with the
-// decoder positioned at its value; member must consume the value.
-func (d *strictDecoder) members(member func(name string, off int) error) error {
+// decoder positioned at its value; member must consume the value. name
+// may alias the input: copy it to keep it.
+func (d *strictDecoder) members(member func(name []byte, off int) error) error {
 	d.i++ // {
 	d.ws()
 	if d.i < len(d.b) && d.b[d.i] == '}' {
@@ -506,14 +541,14 @@ func (d *strictDecoder) members(member func(name string, off int) error) error {
 			return d.fail(errors.New("want an object member name"))
 		}
 		off := d.i
-		name, err := d.str()
+		name, err := d.name()
 		if err != nil {
 			return d.fail(err)
 		}
 		// Attack: two members of one name, which readers that keep the
 		// first and readers that keep the last see differently.
 		if !seen.add(name) {
-			return d.nameError(ErrDuplicateName, name, "", off)
+			return d.nameError(ErrDuplicateName, string(name), "", off)
 		}
 		d.ws()
 		if d.i >= len(d.b) || d.b[d.i] != ':' {
@@ -548,14 +583,14 @@ func (d *strictDecoder) object(v reflect.Value, depth int) error {
 	if err != nil {
 		return d.fail(err)
 	}
-	return d.members(func(name string, off int) error {
-		f, ok := fields.byName[name]
+	return d.members(func(name []byte, off int) error {
+		f, ok := fields.byName[string(name)]
 		if !ok {
-			if known, ok := fields.variant(name); ok {
-				return d.nameError(ErrNameCase, name, known, off)
+			if known, ok := fields.variant(string(name)); ok {
+				return d.nameError(ErrNameCase, string(name), known, off)
 			}
 			if d.known {
-				return d.nameError(ErrUnknownName, name, "", off)
+				return d.nameError(ErrUnknownName, string(name), "", off)
 			}
 			d.enter(name)
 			err := d.skip(depth + 1)
@@ -584,7 +619,7 @@ func (d *strictDecoder) mapValue(v reflect.Value, depth int) error {
 	if v.IsNil() {
 		v.Set(reflect.MakeMap(t))
 	}
-	return d.members(func(name string, _ int) error {
+	return d.members(func(name []byte, _ int) error {
 		e := reflect.New(t.Elem()).Elem()
 		d.enter(name)
 		err := d.decode(e, depth+1)
@@ -592,7 +627,7 @@ func (d *strictDecoder) mapValue(v reflect.Value, depth int) error {
 		if err != nil {
 			return err
 		}
-		v.SetMapIndex(reflect.ValueOf(name).Convert(t.Key()), e)
+		v.SetMapIndex(reflect.ValueOf(string(name)).Convert(t.Key()), e)
 		return nil
 	})
 }
@@ -680,12 +715,12 @@ func (d *strictDecoder) anyValue(depth int, build bool) (any, error) {
 		if build {
 			m = map[string]any{}
 		}
-		err := d.members(func(name string, _ int) error {
+		err := d.members(func(name []byte, _ int) error {
 			d.enter(name)
 			x, err := d.anyValue(depth+1, build)
 			d.leave()
 			if build {
-				m[name] = x
+				m[string(name)] = x
 			}
 			return err
 		})
