@@ -418,6 +418,10 @@ func (c *conn) readLoop() {
 				if reply.ID == "" {
 					reply.ID = "r" + f.ID
 				}
+				// The id is free again once its final reply is on its
+				// way: a client that reuses it as soon as it reads the
+				// reply must not be told it is still in use.
+				c.releaseID(f.ID)
 				c.send(reply)
 			}
 		}(f)

@@ -169,8 +169,8 @@ func TestStrictFrames(t *testing.T) {
 					t.Errorf("message %q does not mention %s", f.Message, m)
 				}
 			}
-			r.send(`{"parley":1,"id":"ok","verb":"HELLO"}` + "\n")
-			if f := r.read(); f.Kind != KindBrief || f.Re != "ok" {
+			r.send(`{"parley":1,"id":"ok-` + tc.name + `","verb":"HELLO"}` + "\n")
+			if f := r.read(); f.Kind != KindBrief || f.Re != "ok-"+tc.name {
 				t.Errorf("after the bad frame: %+v", f)
 			}
 		})
