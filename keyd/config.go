@@ -12,27 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/peercred"
+	"github.com/parley-keyd/parley-keyd/keyd/signer"
+
 	"github.com/pelletier/go-toml/v2"
 )
-
-// DefaultSocket is where the daemon listens and clients look when neither
-// --socket nor PARLEY_KEYD_SOCKET says otherwise.
-const DefaultSocket = "/run/parley-keyd/agent.sock"
-
-// SocketEnv names the environment variable clients read for the socket path.
-const SocketEnv = "PARLEY_KEYD_SOCKET"
-
-// SocketPath returns the socket a client should use: flag, then
-// PARLEY_KEYD_SOCKET, then DefaultSocket.
-func SocketPath(flag string) string {
-	if flag != "" {
-		return flag
-	}
-	if s := os.Getenv(SocketEnv); s != "" {
-		return s
-	}
-	return DefaultSocket
-}
 
 // Config is the daemon's configuration file (TOML, strict: an unknown key is an
 // error). Who may connect at all is decided here, before any request is read;
@@ -54,6 +38,10 @@ type Config struct {
 
 	Access Access `toml:"access"`
 	Phone  Phone  `toml:"phone"`
+	// Key says where the principal key lives: the file in the state
+	// folder (the default), a transit key or a PKCS#11 token
+	// (docs/key-service.md). It is read at start only.
+	Key signer.Config `toml:"key"`
 
 	path string // where it was read from, for relative paths
 }
@@ -162,6 +150,9 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 			return nil, fmt.Errorf("%s: phone.listen %q must be host:port, such as \"192.168.1.20:7450\"", path, c.Phone.Listen)
 		}
 	}
+	if err := c.Key.Check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	a := c.Access
 	for _, u := range a.AgentUsers {
 		// A user named as both agent and approver without an explicit
@@ -207,7 +198,7 @@ type Roles struct {
 	Weak bool
 }
 
-func (c *Config) roles(id Identity) Roles {
+func (c *Config) roles(id peercred.Identity) Roles {
 	a := c.Access
 	userIn := func(list []string) bool {
 		uid := strconv.FormatUint(uint64(id.UID), 10)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
@@ -33,7 +35,7 @@ func (c chunkReader) Read(p []byte) (int, error) {
 
 // frameModel is what frameReader must return for in: one result per line,
 // the model written from its contract rather than its code. A complete line
-// longer than MaxFrame is errFrameTooLarge; any other is the line without
+// longer than protocol.MaxFrame is protocol.ErrFrameTooLarge; any other is the line without
 // its trailing "\r"s. A last line without a newline ends the stream: with
 // io.ErrUnexpectedEOF when it holds more than white space and is no longer
 // than a frame may grow before the reader gives up on it, else with io.EOF.
@@ -41,13 +43,13 @@ func frameModel(in []byte) (frames [][]byte, tooLarge []bool, end error) {
 	lines := bytes.Split(in, []byte("\n"))
 	last := lines[len(lines)-1]
 	for _, l := range lines[:len(lines)-1] {
-		if len(l) > MaxFrame {
+		if len(l) > protocol.MaxFrame {
 			frames, tooLarge = append(frames, nil), append(tooLarge, true)
 			continue
 		}
 		frames, tooLarge = append(frames, bytes.TrimRight(l, "\r")), append(tooLarge, false)
 	}
-	if len(last) > 0 && len(last) <= MaxFrame+1 && len(bytes.TrimSpace(last)) > 0 {
+	if len(last) > 0 && len(last) <= protocol.MaxFrame+1 && len(bytes.TrimSpace(last)) > 0 {
 		return frames, tooLarge, io.ErrUnexpectedEOF
 	}
 	return frames, tooLarge, io.EOF
@@ -55,13 +57,13 @@ func frameModel(in []byte) (frames [][]byte, tooLarge []bool, end error) {
 
 // FuzzFrameReader feeds arbitrary bytes, read in pieces of any size, to the
 // daemon's frame reader. It must never panic, never return a frame over
-// MaxFrame or one holding a newline, skip exactly the oversized lines and
+// protocol.MaxFrame or one holding a newline, skip exactly the oversized lines and
 // stay in step with the input after each (§2.1). pad inserts that many
 // 32-byte runs at position at, so that the fuzzer reaches lines over 1 MiB.
 func FuzzFrameReader(f *testing.F) {
 	f.Add([]byte(`{"parley":1,"id":"1","verb":"HELLO"}`+"\n"), uint16(0), uint16(0), uint16(4096))
 	f.Add([]byte("a\r\n\nb\r\r\n  \n tail"), uint16(0), uint16(0), uint16(1))
-	// 32768 runs of 32 bytes are MaxFrame: lines of exactly MaxFrame and
+	// 32768 runs of 32 bytes are MaxFrame: lines of exactly protocol.MaxFrame and
 	// one more, complete and as a last line without a newline.
 	f.Add([]byte("\nnext\n"), uint16(32768), uint16(0), uint16(4095))
 	f.Add([]byte("x\nnext\n"), uint16(32768), uint16(0), uint16(7))
@@ -79,9 +81,9 @@ func FuzzFrameReader(f *testing.F) {
 			in = append(in, data[i:]...)
 		}
 		frames, tooLarge, end := frameModel(in)
-		fr := newFrameReader(chunkReader{bytes.NewReader(in), max(1, int(chunk))})
+		fr := protocol.NewFrameReader(chunkReader{bytes.NewReader(in), max(1, int(chunk))})
 		for i := 0; ; i++ {
-			got, err := fr.next()
+			got, err := fr.Next()
 			if i == len(frames) {
 				if got != nil || err != end {
 					t.Fatalf("after %d lines: got %q, %v; want the end, %v", i, got, err, end)
@@ -90,13 +92,13 @@ func FuzzFrameReader(f *testing.F) {
 			}
 			switch {
 			case tooLarge[i]:
-				if got != nil || !errors.Is(err, errFrameTooLarge) {
-					t.Fatalf("line %d of %d bytes: got %d bytes, %v; want errFrameTooLarge", i, len(in), len(got), err)
+				if got != nil || !errors.Is(err, protocol.ErrFrameTooLarge) {
+					t.Fatalf("line %d of %d bytes: got %d bytes, %v; want protocol.ErrFrameTooLarge", i, len(in), len(got), err)
 				}
 			case err != nil:
 				t.Fatalf("line %d: %v; want %q", i, err, frames[i])
-			case len(got) > MaxFrame || bytes.IndexByte(got, '\n') >= 0:
-				t.Fatalf("line %d: frame of %d bytes with a newline or over MaxFrame", i, len(got))
+			case len(got) > protocol.MaxFrame || bytes.IndexByte(got, '\n') >= 0:
+				t.Fatalf("line %d: frame of %d bytes with a newline or over protocol.MaxFrame", i, len(got))
 			case !bytes.Equal(got, frames[i]):
 				t.Fatalf("line %d: got %q, want %q", i, got, frames[i])
 			}
@@ -123,15 +125,11 @@ func newFuzzServer(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	audit, err := OpenAudit(filepath.Join(dir, "audit.log"))
-	if err != nil {
-		tb.Fatal(err)
-	}
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := NewServer(Options{Config: cfg, Policy: pol, Signer: key, Audit: audit})
+	d, err := New(Options{Config: cfg, Policy: pol, Signer: key, State: dir})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -139,12 +137,12 @@ func newFuzzServer(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	go srv.Serve(ln)
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx, ln) }()
 	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		audit.Close()
+		stop()
+		<-ran
 	})
 	return sock
 }
@@ -199,13 +197,13 @@ func FuzzServeFrame(f *testing.F) {
 			wrote <- err
 		}()
 		br := bufio.NewReaderSize(nc, 1<<16)
-		read := func() Frame {
+		read := func() protocol.Frame {
 			line, err := br.ReadBytes('\n')
 			if err != nil {
 				t.Fatalf("reading replies: %v (input %q)", err, data)
 			}
-			var f Frame
-			if err := json.Unmarshal(line, &f); err != nil || f.Parley != Version || f.Kind == "" {
+			var f protocol.Frame
+			if err := json.Unmarshal(line, &f); err != nil || f.Parley != protocol.Version || f.Kind == "" {
 				t.Fatalf("reply %q is not a frame: %v", line, err)
 			}
 			return f
@@ -213,12 +211,12 @@ func FuzzServeFrame(f *testing.F) {
 		gotSentinel := false
 		for n := 0; n < want+1; {
 			f := read()
-			if f.Kind == KindEvent {
+			if f.Kind == protocol.KindEvent {
 				continue
 			}
 			n++
 			if f.Re == sentinel {
-				if f.Kind != KindBrief {
+				if f.Kind != protocol.KindBrief {
 					t.Fatalf("the HELLO after the input was answered %+v", f)
 				}
 				gotSentinel = true
@@ -236,10 +234,10 @@ func FuzzServeFrame(f *testing.F) {
 		}
 		for {
 			f := read()
-			if f.Kind == KindEvent {
+			if f.Kind == protocol.KindEvent {
 				continue
 			}
-			if f.Re != sentinel+"-2" || f.Kind != KindBrief {
+			if f.Re != sentinel+"-2" || f.Kind != protocol.KindBrief {
 				t.Fatalf("an extra reply %+v to input %q", f, data)
 			}
 			break

@@ -11,6 +11,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/testkeys"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
 // forgeDaemonProof makes, with no private key, a proof by the small-order
@@ -46,16 +47,16 @@ func TestKeylessGrantRefused(t *testing.T) {
 		holder := grant.FormatPublicKey(k.Key)
 		t.Run("fail/grant/"+k.Name, func(t *testing.T) {
 			body := `{"holder":"` + holder + `","caveats":[{"svc":["cal.example"]},{"can":["calendar.*"]},{"exp":` + itoa64(exp) + `}]}`
-			digest, err := GrantDigest([]byte(body))
+			digest, err := protocol.GrantDigest([]byte(body))
 			if err != nil {
 				t.Fatal(err)
 			}
-			proof := forgeDaemonProof(t, k.Key, principal, ProofVerbGrant, digest)
+			proof := forgeDaemonProof(t, k.Key, principal, protocol.ProofVerbGrant, digest)
 			id := "g" + itoa64(int64(i))
 			r.send(`{"parley":1,"id":"` + id + `","verb":"GRANT","grant":` + body + `,"proof":` + proof + "}\n")
 			f := r.read()
-			if f.Kind == KindGrant {
-				var res GrantResult
+			if f.Kind == protocol.KindGrant {
+				var res protocol.GrantResult
 				json.Unmarshal(f.Data, &res)
 				// Show what the issued grant is worth: anyone uses it at
 				// the service with another forged proof.
@@ -65,20 +66,20 @@ func TestKeylessGrantRefused(t *testing.T) {
 					Verb: "ASK", Capability: "calendar.find", Now: time.Now().Unix(), ProofKey: holder})
 				t.Fatalf("the daemon issued a grant to a small-order key (proof at the service: %v, verify: %v)", err, verr)
 			}
-			if f.Kind != KindError || f.Code != CodeInvalidParams || !strings.Contains(f.Message, "holder") {
+			if f.Kind != protocol.KindError || f.Code != protocol.CodeInvalidParams || !strings.Contains(f.Message, "holder") {
 				t.Errorf("reply = %+v, want invalid_params naming the holder", f)
 			}
 		})
 		t.Run("fail/consent/"+k.Name, func(t *testing.T) {
 			pid := "p_k" + itoa64(int64(i))
 			prop, hash := proposalFor(t, pid, 4500, exp)
-			proof := forgeDaemonProof(t, k.Key, principal, ProofVerbConsent, hash)
+			proof := forgeDaemonProof(t, k.Key, principal, protocol.ProofVerbConsent, hash)
 			consent := consentFor(principal, pid, hash, exp)
 			id := "c" + itoa64(int64(i))
 			r.send(`{"parley":1,"id":"` + id + `","verb":"CONSENT","service":"shop.example","holder":"` + holder +
 				`","consent":` + string(consent) + `,"proposal":` + string(prop) + `,"proof":` + proof + "}\n")
 			f := r.read()
-			if f.Kind != KindError || f.Code != CodeInvalidParams || !strings.Contains(f.Message, "holder") {
+			if f.Kind != protocol.KindError || f.Code != protocol.CodeInvalidParams || !strings.Contains(f.Message, "holder") {
 				t.Errorf("reply = %+v, want invalid_params naming the holder", f)
 			}
 			if p := h.srv.Pending(); len(p) != 0 {

@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
@@ -63,7 +66,7 @@ const (
 	loadMalformed                 // one of malformedFrames
 	loadSlow                      // an auto GRANT written in pieces with pauses
 	loadVanish                    // a second connection that goes away mid-request
-	loadOversize                  // a frame over MaxFrame
+	loadOversize                  // a frame over protocol.MaxFrame
 )
 
 // loadMix is the share of each kind, in percent; oversized frames are sent
@@ -79,16 +82,16 @@ var loadMix = []struct {
 // answering re the id where the frame has one ("X").
 var malformedFrames = []struct {
 	line string
-	code Code
+	code protocol.Code
 	re   bool
 }{
-	{"{nope", CodeBadFrame, false},
-	{"[1,2]", CodeBadFrame, false},
-	{`{"parley":1,"verb":"HELLO"}`, CodeBadFrame, false},
-	{`{"parley":1,"id":"X","verb":"STEAL"}`, CodeBadFrame, true},
-	{`{"parley":2,"id":"X","verb":"HELLO"}`, CodeBadFrame, true},
-	{`{"parley":1,"id":"X","verb":"GRANT"}`, CodeInvalidParams, true},
-	{`{"parley":1,"id":"X","verb":"GRANT","grant":{"holder":"ed25519:AAAA","caveats":[]}}`, CodeInvalidParams, true},
+	{"{nope", protocol.CodeBadFrame, false},
+	{"[1,2]", protocol.CodeBadFrame, false},
+	{`{"parley":1,"verb":"HELLO"}`, protocol.CodeBadFrame, false},
+	{`{"parley":1,"id":"X","verb":"STEAL"}`, protocol.CodeBadFrame, true},
+	{`{"parley":2,"id":"X","verb":"HELLO"}`, protocol.CodeBadFrame, true},
+	{`{"parley":1,"id":"X","verb":"GRANT"}`, protocol.CodeInvalidParams, true},
+	{`{"parley":1,"id":"X","verb":"GRANT","grant":{"holder":"ed25519:AAAA","caveats":[]}}`, protocol.CodeInvalidParams, true},
 }
 
 // loadFrames are GRANT frames made once per client, with their proofs: the
@@ -102,19 +105,19 @@ func makeLoadFrames(t *testing.T, principal string, key ed25519.PrivateKey) load
 	t.Helper()
 	exp := time.Now().Unix() + 1800
 	frame := func(cavs ...grant.Caveat) string {
-		body, err := json.Marshal(GrantBody{Holder: grant.FormatPublicKey(key.Public().(ed25519.PublicKey)), Caveats: cavs})
+		body, err := json.Marshal(protocol.GrantBody{Holder: grant.FormatPublicKey(key.Public().(ed25519.PublicKey)), Caveats: cavs})
 		if err != nil {
 			t.Fatal(err)
 		}
-		digest, err := GrantDigest(body)
+		digest, err := protocol.GrantDigest(body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		proof, err := grant.MakeProof(key, principal, ProofVerbGrant, digest, time.Now().Unix())
+		proof, err := grant.MakeProof(key, principal, protocol.ProofVerbGrant, digest, time.Now().Unix())
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := json.Marshal(&Frame{Parley: Version, ID: "ID", Verb: VerbGrant, Grant: body, Proof: &proof})
+		b, err := json.Marshal(&protocol.Frame{Parley: protocol.Version, ID: "ID", Verb: protocol.VerbGrant, Grant: body, Proof: &proof})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +173,7 @@ func (c *loadClient) fail(format string, args ...any) error {
 
 // roundTrip writes b (in pieces, with pauses, when slow) and reads the one
 // final reply. Every request on a live connection must be answered.
-func (c *loadClient) roundTrip(b []byte, slow bool) (*Frame, error) {
+func (c *loadClient) roundTrip(b []byte, slow bool) (*protocol.Frame, error) {
 	c.nc.SetDeadline(time.Now().Add(30 * time.Second))
 	if slow {
 		// A slow writer: the frame arrives in six pieces. The pauses shape
@@ -189,7 +192,7 @@ func (c *loadClient) roundTrip(b []byte, slow bool) (*Frame, error) {
 	if err != nil {
 		return nil, c.fail("no answer: %v", err)
 	}
-	var f Frame
+	var f protocol.Frame
 	if err := json.Unmarshal(line, &f); err != nil {
 		return nil, c.fail("answer %q: %v", line, err)
 	}
@@ -197,18 +200,18 @@ func (c *loadClient) roundTrip(b []byte, slow bool) (*Frame, error) {
 	return &f, nil
 }
 
-func (c *loadClient) expectError(f *Frame, code Code, re string) error {
-	if f.Kind != KindError || f.Code != code || f.Re != re || f.Message == "" {
+func (c *loadClient) expectError(f *protocol.Frame, code protocol.Code, re string) error {
+	if f.Kind != protocol.KindError || f.Code != code || f.Re != re || f.Message == "" {
 		return c.fail("got %s %s re %q (%s), want ERROR %s re %q", f.Kind, f.Code, f.Re, f.Message, code, re)
 	}
 	return nil
 }
 
-func (c *loadClient) expectGrant(f *Frame, id string) error {
-	if f.Kind != KindGrant || f.Re != id {
+func (c *loadClient) expectGrant(f *protocol.Frame, id string) error {
+	if f.Kind != protocol.KindGrant || f.Re != id {
 		return c.fail("got %s %s re %q (%s), want GRANT re %q", f.Kind, f.Code, f.Re, f.Message, id)
 	}
-	var res GrantResult
+	var res protocol.GrantResult
 	if err := json.Unmarshal(f.Data, &res); err != nil || res.Decision != "auto" || res.GrantID == "" {
 		return c.fail("GRANT data %s: %v", f.Data, err)
 	}
@@ -240,8 +243,8 @@ func (c *loadClient) vanish(id string, how int) error {
 		}
 		// Wait until the request is queued, then leave.
 		line, rerr := bufio.NewReader(nc).ReadBytes('\n')
-		var f Frame
-		if rerr != nil || json.Unmarshal(line, &f) != nil || f.Kind != KindEvent || f.Re != id {
+		var f protocol.Frame
+		if rerr != nil || json.Unmarshal(line, &f) != nil || f.Kind != protocol.KindEvent || f.Re != id {
 			return c.fail("ask before vanishing: got %q, %v; want an EVENT", line, rerr)
 		}
 		c.stats.withdrawn.Add(1)
@@ -267,11 +270,11 @@ func (c *loadClient) run(seed uint64, n int, big []byte) error {
 			if err != nil {
 				return err
 			}
-			if err := c.expectError(f, CodeBadFrame, ""); err != nil {
+			if err := c.expectError(f, protocol.CodeBadFrame, ""); err != nil {
 				return err
 			}
 		}
-		var f *Frame
+		var f *protocol.Frame
 		switch kind := pickKind(rng.IntN(100)); kind {
 		case loadAuto, loadSlow:
 			if f, err = c.roundTrip(withID(c.frames.auto, id), kind == loadSlow); err == nil {
@@ -279,11 +282,11 @@ func (c *loadClient) run(seed uint64, n int, big []byte) error {
 			}
 		case loadDeny:
 			if f, err = c.roundTrip(withID(c.frames.deny, id), false); err == nil {
-				err = c.expectError(f, CodeForbidden, id)
+				err = c.expectError(f, protocol.CodeForbidden, id)
 			}
 		case loadHello:
 			f, err = c.roundTrip(withID(`{"parley":1,"id":"ID","verb":"HELLO"}`, id), false)
-			if err == nil && (f.Kind != KindBrief || f.Re != id) {
+			if err == nil && (f.Kind != protocol.KindBrief || f.Re != id) {
 				err = c.fail("HELLO answered %s re %q", f.Kind, f.Re)
 			}
 		case loadMalformed:
@@ -388,7 +391,7 @@ func TestLoadMixed(t *testing.T) {
 	for i := range frames {
 		frames[i] = makeLoadFrames(t, principal, newAgentKey(t))
 	}
-	big := []byte(`{"parley":1,"id":"big","verb":"HELLO","pad":"` + strings.Repeat("x", MaxFrame+10) + `"}` + "\n")
+	big := []byte(`{"parley":1,"id":"big","verb":"HELLO","pad":"` + strings.Repeat("x", protocol.MaxFrame+10) + `"}` + "\n")
 
 	runtime.GC()
 	goroutines, fds, heap := runtime.NumGoroutine(), openFDs(t), heapInuse()
@@ -460,7 +463,7 @@ func TestLoadMixed(t *testing.T) {
 	if after := heapInuse(); after > heap+16<<20 {
 		t.Errorf("heap in use grew from %d to %d MiB over the run", heap>>20, after>>20)
 	}
-	// Frames over MaxFrame are dropped, never held whole, and nothing is
+	// Frames over protocol.MaxFrame are dropped, never held whole, and nothing is
 	// kept per request.
 	if peak.Load() > loadPeakHeap {
 		t.Errorf("heap in use peaked at %d MiB, over the bound of %d MiB", peak.Load()>>20, loadPeakHeap>>20)
@@ -484,11 +487,11 @@ func TestLoadMixed(t *testing.T) {
 	withdrawn := 0
 	for _, r := range recs {
 		switch r.Kind {
-		case AuditKindIssue:
+		case audit.KindIssue:
 			issued[r.GrantID] = true
-		case AuditKindWithdrawn:
+		case audit.KindWithdrawn:
 			withdrawn++
-		case AuditKindDeny:
+		case audit.KindDeny, audit.KindStart:
 		default:
 			t.Errorf("unexpected audit record %+v", r)
 		}

@@ -12,64 +12,41 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/signer"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
-type handlerFunc func(c *conn, f *Frame) (*Frame, error)
+type handlerFunc func(c *conn, f *protocol.Frame) (*protocol.Frame, error)
 
 func (s *Server) handler(verb string) handlerFunc {
 	switch verb {
-	case VerbHello:
+	case protocol.VerbHello:
 		return (*conn).hello
-	case VerbGrant:
+	case protocol.VerbGrant:
 		return (*conn).grantVerb
-	case VerbExplain:
+	case protocol.VerbExplain:
 		return (*conn).explain
-	case VerbConsent:
+	case protocol.VerbConsent:
 		return (*conn).consent
-	case VerbPending:
+	case protocol.VerbPending:
 		return (*conn).pending
-	case VerbApprove:
+	case protocol.VerbApprove:
 		return (*conn).approve
-	case VerbDeny:
+	case protocol.VerbDeny:
 		return (*conn).deny
-	case VerbWatch:
+	case protocol.VerbWatch:
 		return (*conn).watch
 	}
 	return nil
 }
 
-// GrantBody is the "grant" object of GRANT and EXPLAIN: the key the grant
-// is for and the caveats asked for, in the spec's shape (§6.3).
-type GrantBody struct {
-	Holder  string         `json:"holder"`
-	Caveats []grant.Caveat `json:"caveats"`
-}
-
-// ProofVerbGrant and ProofVerbConsent are the proof verbs for the daemon's
-// audience: a proof for GRANT signs the digest of the grant object, a proof
-// for CONSENT the consent's proposal hash. The audience is the principal key,
-// so a proof made for one daemon is useless at another.
-const (
-	ProofVerbGrant   = "GRANT"
-	ProofVerbConsent = "CONSENT"
-)
-
-// GrantDigest is the proof target for a GRANT request: b64url(sha256) of the
-// canonical JSON of the "grant" object exactly as sent.
-func GrantDigest(raw []byte) (string, error) {
-	c, err := grant.CanonicalizeJSON(raw)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(c)
-	return base64.RawURLEncoding.EncodeToString(sum[:]), nil
-}
-
 func (c *conn) requireAgent(verb string) error {
 	if !c.role().Agent {
-		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("user %s may approve but not ask for grants (%s)", c.id.User, verb)}
+		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("user %s may approve but not ask for grants (%s)", c.id.User, verb)}
 	}
 	return nil
 }
@@ -78,7 +55,7 @@ func (c *conn) requireApprover(verb string) error {
 	// Property 4: an agent cannot approve its own request. The role comes
 	// from the kernel's uid, never from the frame.
 	if !c.role().Approver {
-		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("user %s is an agent and may not %s requests", c.id.User, strings.ToLower(verb)),
+		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("user %s is an agent and may not %s requests", c.id.User, strings.ToLower(verb)),
 			Fix: "a human approves with parley-grant approve, as a user listed in access.approver_users"}
 	}
 	return nil
@@ -89,33 +66,33 @@ func (c *conn) caller(holder string) policies.Caller {
 		GroupIDs: c.id.GroupIDs, Exe: c.id.Exe, Unit: c.id.Unit, HolderKey: holder}
 }
 
-func (c *conn) auditCaller() *AuditCaller {
-	return &AuditCaller{UID: c.id.UID, GID: c.id.GID, PID: c.id.PID, User: c.id.User, Exe: c.id.Exe, Unit: c.id.Unit}
+func (c *conn) auditCaller() *audit.Caller {
+	return &audit.Caller{UID: c.id.UID, GID: c.id.GID, PID: c.id.PID, User: c.id.User, Exe: c.id.Exe, Unit: c.id.Unit}
 }
 
-func (c *conn) view() CallerView {
-	return CallerView{User: c.id.User, UID: c.id.UID, PID: c.id.PID, Exe: c.id.Exe, Unit: c.id.Unit}
+func (c *conn) view() protocol.CallerView {
+	return protocol.CallerView{User: c.id.User, UID: c.id.UID, PID: c.id.PID, Exe: c.id.Exe, Unit: c.id.Unit}
 }
 
 // parseGrantBody validates a GRANT or EXPLAIN body: a holder key and caveats
 // of the kinds §6.3 defines, each well-formed, none repeated.
-func parseGrantBody(raw json.RawMessage, now int64) (GrantBody, ed25519.PublicKey, policies.Request, error) {
-	var body GrantBody
+func parseGrantBody(raw json.RawMessage, now int64) (protocol.GrantBody, ed25519.PublicKey, policies.Request, error) {
+	var body protocol.GrantBody
 	var req policies.Request
 	if len(raw) == 0 {
-		return body, nil, req, &Error{Code: CodeInvalidParams, Message: "the request needs a \"grant\" object with \"holder\" and \"caveats\""}
+		return body, nil, req, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the request needs a \"grant\" object with \"holder\" and \"caveats\""}
 	}
 	// One strict reading (property 9): "Holder" beside "holder", or a
 	// second "holder", is refused rather than read one way here and
 	// another in the proof's digest.
 	if err := grant.DecodeStrictKnown(raw, &body); err != nil {
-		return body, nil, req, &Error{Code: CodeInvalidParams, Message: "the \"grant\" object is malformed: " + jsonErr(err)}
+		return body, nil, req, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the \"grant\" object is malformed: " + jsonErr(err)}
 	}
 	holder, err := grant.ParsePublicKey(body.Holder)
 	if err != nil {
 		// Property 10: grant.ParsePublicKey refuses small-order keys,
 		// whose grants anyone could use with a forged proof.
-		return body, nil, req, &Error{Code: CodeInvalidParams, Message: "the holder key is refused: " + shortErr(err),
+		return body, nil, req, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the holder key is refused: " + shortErr(err),
 			Fix: "print your key with: parley-grant pubkey"}
 	}
 	req, err = requestFromCaveats(body.Caveats, now)
@@ -128,7 +105,7 @@ func parseGrantBody(raw json.RawMessage, now int64) (GrantBody, ed25519.PublicKe
 func requestFromCaveats(cavs []grant.Caveat, now int64) (policies.Request, error) {
 	r, err := grant.ParseRequest(cavs, now)
 	if err != nil {
-		return policies.Request{}, &Error{Code: CodeInvalidParams, Message: err.Error()}
+		return policies.Request{}, &protocol.Error{Code: protocol.CodeInvalidParams, Message: err.Error()}
 	}
 	return policies.Request{Svc: r.Svc, Verbs: r.Verbs, Can: r.Can, Exp: r.Exp, Nbf: r.Nbf,
 		Per: r.Per, Spend: r.Spend, Risk: r.Risk, Now: now}, nil
@@ -196,16 +173,16 @@ func caveatsJSON(cavs []grant.Caveat) json.RawMessage {
 
 // checkProof verifies that the caller holds holder's private key (property 3):
 // a proof by that key over target, for this daemon's audience, within ±300 s.
-func (c *conn) checkProof(f *Frame, holder, verb, target string, now int64) error {
+func (c *conn) checkProof(f *protocol.Frame, holder, verb, target string, now int64) error {
 	if f.Proof == nil {
-		return &Error{Code: CodeUnauthorized, Message: "the request needs a proof that you hold the holder key",
+		return &protocol.Error{Code: protocol.CodeUnauthorized, Message: "the request needs a proof that you hold the holder key",
 			Fix: "parley-grant adds it for you; a client signs {aud: principal key, verb, target, ts} (docs/protocol.md)"}
 	}
 	if f.Proof.Key != holder {
-		return &Error{Code: CodeUnauthorized, Message: "the proof is made by a different key than the holder"}
+		return &protocol.Error{Code: protocol.CodeUnauthorized, Message: "the proof is made by a different key than the holder"}
 	}
 	if err := grant.VerifyProof(*f.Proof, c.s.principal, verb, target, now); err != nil {
-		return &Error{Code: CodeUnauthorized, Message: "the proof of the holder key does not verify: " + shortErr(err)}
+		return &protocol.Error{Code: protocol.CodeUnauthorized, Message: "the proof of the holder key does not verify: " + shortErr(err)}
 	}
 	return nil
 }
@@ -213,7 +190,7 @@ func (c *conn) checkProof(f *Frame, holder, verb, target string, now int64) erro
 func (c *conn) agentName(pol *policies.Policy, holder string) (string, error) {
 	name, ok := pol.AgentFor(c.caller(holder))
 	if !ok {
-		return "", &Error{Code: CodeForbidden, Message: fmt.Sprintf("the policy names no agent for user %s with this key", c.id.User),
+		return "", &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("the policy names no agent for user %s with this key", c.id.User),
 			Fix: "an admin adds an [[agents]] entry for this user, executable or key to the policy"}
 	}
 	return name, nil
@@ -225,14 +202,14 @@ func (c *conn) rateLimit(pol *policies.Policy, agent string) error {
 		if secs < 1 {
 			secs = 1
 		}
-		return &Error{Code: CodeLimit, Message: fmt.Sprintf("agent %q is over its request rate", agent), Retry: secs}
+		return &protocol.Error{Code: protocol.CodeLimit, Message: fmt.Sprintf("agent %q is over its request rate", agent), Retry: secs}
 	}
 	return nil
 }
 
 // grantVerb runs the pipeline for an attenuated root grant:
 // validate → decide → (approve) → sign → audit → reply.
-func (c *conn) grantVerb(f *Frame) (*Frame, error) {
+func (c *conn) grantVerb(f *protocol.Frame) (_ *protocol.Frame, failed error) {
 	if err := c.requireAgent(f.Verb); err != nil {
 		return nil, err
 	}
@@ -241,11 +218,11 @@ func (c *conn) grantVerb(f *Frame) (*Frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	digest, err := GrantDigest(f.Grant)
+	digest, err := protocol.GrantDigest(f.Grant)
 	if err != nil {
-		return nil, &Error{Code: CodeInvalidParams, Message: "the \"grant\" object cannot be canonicalized: " + shortErr(err)}
+		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the \"grant\" object cannot be canonicalized: " + shortErr(err)}
 	}
-	if err := c.checkProof(f, body.Holder, ProofVerbGrant, digest, now); err != nil {
+	if err := c.checkProof(f, body.Holder, protocol.ProofVerbGrant, digest, now); err != nil {
 		return nil, err
 	}
 	pol := c.s.policy.Load()
@@ -257,12 +234,12 @@ func (c *conn) grantVerb(f *Frame) (*Frame, error) {
 		return nil, err
 	}
 	d := pol.Decide(c.caller(body.Holder), req)
-	rec := AuditRecord{Kind: "issue", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: body.Holder,
-		Requested: boundedJSON(caveatsJSON(body.Caveats)), Decision: string(d.Action), DecidedBy: &AuditDecider{Rule: d.Rule}}
+	rec := audit.Record{Kind: "issue", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: body.Holder,
+		Requested: boundedJSON(caveatsJSON(body.Caveats)), Decision: string(d.Action), DecidedBy: &audit.Decider{Rule: d.Rule}}
 	// fail records a request that ends in an error after it was decided,
 	// so that even an approval that led nowhere is in the log.
-	fail := func(err error) (*Frame, error) {
-		rec.Kind, rec.Message = AuditKindError, shortErr(err)
+	fail := func(err error) (*protocol.Frame, error) {
+		rec.Kind, rec.Message = audit.KindError, shortErr(err)
 		c.s.auditBestEffort(rec)
 		return nil, err
 	}
@@ -278,16 +255,17 @@ func (c *conn) grantVerb(f *Frame) (*Frame, error) {
 			c.s.auditBestEffort(rec)
 			return nil, err
 		}
+		defer func() { a.settle(failed) }()
 		// The human approved what the policy in force then decided. If the
 		// policy was reloaded meanwhile, that decision may no longer hold:
 		// fail closed and let the agent ask again.
 		if c.s.policy.Load() != pol {
-			return fail(&Error{Code: CodeConflict, Message: "the policy was reloaded while the request waited; ask again"})
+			return fail(&protocol.Error{Code: protocol.CodeConflict, Message: "the policy was reloaded while the request waited; ask again"})
 		}
 	default:
 		rec.Kind, rec.Message = "deny", d.Reason
 		c.s.auditBestEffort(rec)
-		return nil, &Error{Code: CodeForbidden, Rule: d.Rule, Message: d.Reason,
+		return nil, &protocol.Error{Code: protocol.CodeForbidden, Rule: d.Rule, Message: d.Reason,
 			Fix: "see what the policy would allow with: parley-grant explain (same flags)"}
 	}
 	cavs := caveatsFromRequest(d.Grant)
@@ -295,7 +273,7 @@ func (c *conn) grantVerb(f *Frame) (*Frame, error) {
 	// expires, and carries only well-formed caveats of the spec's kinds.
 	now = c.s.now().Unix()
 	if d.Grant.Exp <= now {
-		return fail(&Error{Code: CodeExpired, Message: "the grant's expiry passed while the request waited"})
+		return fail(&protocol.Error{Code: protocol.CodeExpired, Message: "the grant's expiry passed while the request waited"})
 	}
 	for _, cv := range cavs {
 		if !cv.Known() || cv.Check() != nil {
@@ -308,7 +286,7 @@ func (c *conn) grantVerb(f *Frame) (*Frame, error) {
 	}
 	tok, err := grant.Issue(c.s.signer, holder, cavs, now, nonce)
 	if err != nil {
-		return fail(err)
+		return c.signFailed(rec, err)
 	}
 	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), d.Grant.Exp
 	if len(d.Narrowed) > 0 {
@@ -320,42 +298,51 @@ func (c *conn) grantVerb(f *Frame) (*Frame, error) {
 	return grantReply(tok, cavs, d.Grant.Exp, rec, d.Narrowed)
 }
 
-// GrantResult is the data of a GRANT reply.
-type GrantResult struct {
-	Token     string         `json:"token"`
-	GrantID   string         `json:"grant_id"`
-	Expires   int64          `json:"expires"`
-	Caveats   []grant.Caveat `json:"caveats"`
-	Decision  string         `json:"decision"` // "auto" or "ask"
-	Rule      string         `json:"rule,omitempty"`
-	Approver  string         `json:"approver,omitempty"`
-	Channel   string         `json:"channel,omitempty"`
-	Strength  string         `json:"strength,omitempty"`
-	Narrowed  []string       `json:"narrowed,omitempty"`
-	RequestID string         `json:"request"`
+// signFailed records a grant the signer could not sign, with the signer's
+// detail in the audit record and the daemon's log, and answers the agent. A
+// key service that is down, slow or refusing (signer.UnavailableError) is
+// "unavailable" with a retry hint: the request may succeed later, and the
+// daemon stays up. The agent is not told the key service's addresses.
+func (c *conn) signFailed(rec audit.Record, err error) (*protocol.Frame, error) {
+	rec.Kind, rec.Message = audit.KindError, "signing failed: "+boundedString(err.Error(), 1000)
+	c.s.auditBestEffort(rec)
+	c.s.logf("signing %s failed: %v", rec.RequestID, err)
+	var u *signer.UnavailableError
+	if errors.As(err, &u) {
+		return nil, &protocol.Error{Code: protocol.CodeUnavailable, Message: "the key service did not answer, so no grant was issued",
+			Fix: "ask again later; an approver sees the key service's state with: parley-grant status", Retry: u.RetrySeconds()}
+	}
+	return nil, err
 }
 
-func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec AuditRecord, narrowed []string) (*Frame, error) {
-	res := GrantResult{Token: tok.Encode(), GrantID: tok.ID(), Expires: exp, Caveats: cavs, Decision: rec.Decision,
+func boundedString(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec audit.Record, narrowed []string) (*protocol.Frame, error) {
+	res := protocol.GrantResult{Token: tok.Encode(), GrantID: tok.ID(), Expires: exp, Caveats: cavs, Decision: rec.Decision,
 		Rule: rec.DecidedBy.Rule, Approver: rec.DecidedBy.Approver, Channel: rec.DecidedBy.Channel,
 		Strength: rec.DecidedBy.Strength, Narrowed: narrowed, RequestID: rec.RequestID}
 	raw, err := json.Marshal(res)
 	if err != nil {
 		return nil, err
 	}
-	return &Frame{Kind: KindGrant, Data: raw}, nil
+	return &protocol.Frame{Kind: protocol.KindGrant, Data: raw}, nil
 }
 
 // refusalKind is the audit record kind for a request that a human, the clock
 // or the requester ended without a grant.
-func refusalKind(code Code) string {
+func refusalKind(code protocol.Code) string {
 	switch code {
-	case CodeTimeout:
-		return AuditKindTimeout
+	case protocol.CodeTimeout:
+		return audit.KindTimeout
 	case codeWithdrawn:
-		return AuditKindWithdrawn
+		return audit.KindWithdrawn
 	}
-	return AuditKindDeny
+	return audit.KindDeny
 }
 
 func strength(a Approval) string {
@@ -370,10 +357,10 @@ func strength(a Approval) string {
 
 // commitAudit writes rec durably. Property 2: if it fails, the grant that was
 // just signed is dropped here and never leaves the daemon.
-func (s *Server) commitAudit(rec AuditRecord) error {
+func (s *Server) commitAudit(rec audit.Record) error {
 	if _, err := s.audit.Append(rec); err != nil {
 		s.logf("audit append failed, grant %s discarded: %v", rec.GrantID, err)
-		return &Error{Code: CodeUnavailable, Message: "the audit log cannot be written, so no grant was issued",
+		return &protocol.Error{Code: protocol.CodeUnavailable, Message: "the audit log cannot be written, so no grant was issued",
 			Fix: "an admin checks the state folder's disk space and permissions", Retry: 5}
 	}
 	return nil
@@ -381,7 +368,7 @@ func (s *Server) commitAudit(rec AuditRecord) error {
 
 // auditBestEffort records a refusal. A refusal stands whether or not its
 // record could be written; the failure is logged.
-func (s *Server) auditBestEffort(rec AuditRecord) {
+func (s *Server) auditBestEffort(rec audit.Record) {
 	if _, err := s.audit.Append(rec); err != nil {
 		s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, err)
 	}
@@ -390,7 +377,7 @@ func (s *Server) auditBestEffort(rec AuditRecord) {
 // waitForHuman queues view for approval, tells the requester the match code
 // and where to approve, and blocks until a human decides, the request times
 // out, or the requester goes away (which withdraws it).
-func (c *conn) waitForHuman(f *Frame, view PendingView, agent string, maxPending int, chans []policies.Channel, strong bool) (Approval, error) {
+func (c *conn) waitForHuman(f *protocol.Frame, view protocol.PendingView, agent string, maxPending int, chans []policies.Channel, strong bool) (Approval, error) {
 	for _, ch := range chans {
 		view.Channels = append(view.Channels, string(ch))
 	}
@@ -404,7 +391,7 @@ func (c *conn) waitForHuman(f *Frame, view PendingView, agent string, maxPending
 	view.Expires = c.s.now().Add(timeout).Unix()
 	it, err := c.s.queue.add(view, agent, maxPending)
 	if err != nil {
-		return Approval{Code: CodeLimit, Reason: err.Error()}, err
+		return Approval{Code: protocol.CodeLimit, Reason: err.Error()}, err
 	}
 	c.event(f.ID, fmt.Sprintf("waiting for approval of %s: confirm code %s", view.ID, it.code), map[string]any{
 		"request": view.ID, "code": it.code, "channels": view.Channels, "strong": strong, "expires": view.Expires,
@@ -415,14 +402,14 @@ func (c *conn) waitForHuman(f *Frame, view PendingView, agent string, maxPending
 	}
 	code := a.Code
 	if code == "" {
-		code = CodeDenied
+		code = protocol.CodeDenied
 	}
-	return a, &Error{Code: code, Message: a.Reason}
+	return a, &protocol.Error{Code: code, Message: a.Reason}
 }
 
 // explain answers which rule would decide a GRANT and what it would issue,
 // signing nothing.
-func (c *conn) explain(f *Frame) (*Frame, error) {
+func (c *conn) explain(f *protocol.Frame) (*protocol.Frame, error) {
 	if err := c.requireAgent(f.Verb); err != nil {
 		return nil, err
 	}
@@ -451,7 +438,7 @@ func (c *conn) explain(f *Frame) (*Frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Frame{Kind: KindExplain, Data: raw}, nil
+	return &protocol.Frame{Kind: protocol.KindExplain, Data: raw}, nil
 }
 
 // consentObject reads the consent object of a CONSENT request (§6.6): the
@@ -483,25 +470,25 @@ func consentObject(raw json.RawMessage) (grant.ConsentRequest, error) {
 // daemon recomputes the proposal hash and checks id, service, capability and
 // expiry before anything is shown to a human; a mismatch is refused and never
 // queued.
-func (c *conn) consent(f *Frame) (*Frame, error) {
+func (c *conn) consent(f *protocol.Frame) (_ *protocol.Frame, failed error) {
 	if err := c.requireAgent(f.Verb); err != nil {
 		return nil, err
 	}
 	now := c.s.now().Unix()
 	if f.Service == "" || len(f.Consent) == 0 || len(f.Proposal) == 0 || f.Holder == "" {
-		return nil, &Error{Code: CodeInvalidParams, Message: "CONSENT needs \"service\", \"consent\", \"proposal\" and \"holder\""}
+		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "CONSENT needs \"service\", \"consent\", \"proposal\" and \"holder\""}
 	}
 	holder, err := grant.ParsePublicKey(f.Holder)
 	if err != nil {
-		return nil, &Error{Code: CodeInvalidParams, Message: "the holder key is refused: " + shortErr(err),
+		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the holder key is refused: " + shortErr(err),
 			Fix: "print your key with: parley-grant pubkey"}
 	}
 	cr, err := consentObject(f.Consent)
 	if err != nil {
-		return nil, &Error{Code: CodeInvalidParams, Message: "the consent is not a §6.6 consent object or a consent_required ERROR frame: " + jsonErr(err),
+		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the consent is not a §6.6 consent object or a consent_required ERROR frame: " + jsonErr(err),
 			Fix: "pass the consent_required error exactly as the service sent it"}
 	}
-	if err := c.checkProof(f, f.Holder, ProofVerbConsent, cr.Hash, now); err != nil {
+	if err := c.checkProof(f, f.Holder, protocol.ProofVerbConsent, cr.Hash, now); err != nil {
 		return nil, err
 	}
 	pol := c.s.policy.Load()
@@ -518,43 +505,43 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := AuditRecord{Kind: "consent", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: f.Holder}
-	refuse := func(e *Error) (*Frame, error) {
-		rec.Kind, rec.Decision, rec.Message = AuditKindDeny, string(e.Code), e.Message
+	rec := audit.Record{Kind: "consent", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: f.Holder}
+	refuse := func(e *protocol.Error) (*protocol.Frame, error) {
+		rec.Kind, rec.Decision, rec.Message = audit.KindDeny, string(e.Code), e.Message
 		c.s.auditBestEffort(rec)
 		return nil, e
 	}
 	if cr.Principal != c.s.principal {
-		return refuse(&Error{Code: CodeConflict, Message: "the consent request is not for this daemon's principal",
+		return refuse(&protocol.Error{Code: protocol.CodeConflict, Message: "the consent request is not for this daemon's principal",
 			Fix: "pass the consent_required error exactly as the service sent it; it names the principal"})
 	}
 	if err := grant.CheckConsent(cr, f.Service, prop, now); err != nil {
-		code := CodeConflict
+		code := protocol.CodeConflict
 		switch grant.CodeOf(err) {
 		case grant.CodeExpired:
-			code = CodeExpired
+			code = protocol.CodeExpired
 		case grant.CodeInvalidParams:
-			code = CodeInvalidParams
+			code = protocol.CodeInvalidParams
 		}
-		return refuse(&Error{Code: code, Message: "the consent does not match the proposal: " + shortErr(err),
+		return refuse(&protocol.Error{Code: code, Message: "the consent does not match the proposal: " + shortErr(err),
 			Fix: "pass the proposal exactly as the service sent it, and the consent from the same service"})
 	}
 	facts := policies.ConsentFacts{Service: f.Service, Capability: prop.Capability, Cost: prop.Cost,
 		Risk: prop.Risk, Expires: prop.Expires, Now: now}
 	d := pol.DecideConsent(c.caller(f.Holder), facts)
-	rec.DecidedBy = &AuditDecider{Rule: d.Rule}
+	rec.DecidedBy = &audit.Decider{Rule: d.Rule}
 	// The summary is the service's words, possibly long: the log keeps a
 	// cut, neutralized copy; the hash binds the real proposal anyway.
 	logged := cr
 	logged.Summary = grant.SafeText(cr.Summary, 200)
 	rec.Requested = boundedJSON(mustJSON(logged))
-	fail := func(err error) (*Frame, error) {
-		rec.Kind, rec.Message = AuditKindError, shortErr(err)
+	fail := func(err error) (*protocol.Frame, error) {
+		rec.Kind, rec.Message = audit.KindError, shortErr(err)
 		c.s.auditBestEffort(rec)
 		return nil, err
 	}
 	if d.Action != policies.Ask {
-		return refuse(&Error{Code: CodeForbidden, Rule: d.Rule, Message: d.Reason})
+		return refuse(&protocol.Error{Code: protocol.CodeForbidden, Rule: d.Rule, Message: d.Reason})
 	}
 	view := c.renderConsent(rec.RequestID, agent, f.Holder, f.Service, prop, d)
 	a, err := c.waitForHuman(f, view, agent, pol.MaxPending(agent), d.Channels, d.Strong)
@@ -565,8 +552,9 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 		c.s.auditBestEffort(rec)
 		return nil, err
 	}
+	defer func() { a.settle(failed) }()
 	if c.s.policy.Load() != pol {
-		return fail(&Error{Code: CodeConflict, Message: "the policy was reloaded while the request waited; ask again"})
+		return fail(&protocol.Error{Code: protocol.CodeConflict, Message: "the policy was reloaded while the request waited; ask again"})
 	}
 	// The consent never outlives the proposal, nor the policy's cap.
 	exp := min(cr.Expires, prop.Expires)
@@ -574,7 +562,7 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 		exp = min(exp, d.Expires)
 	}
 	if exp <= c.s.now().Unix() {
-		return fail(&Error{Code: CodeExpired, Message: "the proposal expired while waiting for approval"})
+		return fail(&protocol.Error{Code: protocol.CodeExpired, Message: "the proposal expired while waiting for approval"})
 	}
 	cr.Expires = exp
 	nonce, err := grant.NewNonce(rand.Reader)
@@ -584,7 +572,7 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 	now = c.s.now().Unix()
 	tok, err := grant.IssueConsent(c.s.signer, holder, cr, now, nonce)
 	if err != nil {
-		return fail(err)
+		return c.signFailed(rec, err)
 	}
 	cavs := grant.ConsentCaveats(f.Service, prop.Capability, cr.Hash, exp)
 	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), exp
@@ -600,7 +588,7 @@ func (c *conn) consent(f *Frame) (*Frame, error) {
 // an "ID" in another case is refused, never taken for the real one.
 func pickProposal(raw json.RawMessage, id string) (*grant.Proposal, error) {
 	bad := func(err error) error {
-		return &Error{Code: CodeInvalidParams, Message: "the proposal is malformed: " + jsonErr(err),
+		return &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the proposal is malformed: " + jsonErr(err),
 			Fix: "pass the proposal exactly as the service sent it"}
 	}
 	var frame struct {
@@ -631,10 +619,10 @@ func pickProposal(raw json.RawMessage, id string) (*grant.Proposal, error) {
 			return p, nil
 		}
 	}
-	return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf("the PROPOSALS frame holds no proposal %q", id)}
+	return nil, &protocol.Error{Code: protocol.CodeConflict, Message: fmt.Sprintf("the PROPOSALS frame holds no proposal %q", id)}
 }
 
-func (c *conn) pending(f *Frame) (*Frame, error) {
+func (c *conn) pending(f *protocol.Frame) (*protocol.Frame, error) {
 	if err := c.requireApprover(f.Verb); err != nil {
 		return nil, err
 	}
@@ -642,42 +630,42 @@ func (c *conn) pending(f *Frame) (*Frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Frame{Kind: KindPending, Data: raw}, nil
+	return &protocol.Frame{Kind: protocol.KindPending, Data: raw}, nil
 }
 
 // socketChannel is the channel an approval over the socket counts as: the
 // terminal, unless the desktop approver says it relays a notification click.
-func socketChannel(f *Frame) (string, error) {
+func socketChannel(f *protocol.Frame) (string, error) {
 	switch f.Channel {
 	case "", "terminal":
 		return "terminal", nil
 	case "desktop":
 		return "desktop", nil
 	}
-	return "", &Error{Code: CodeInvalidParams, Message: fmt.Sprintf("channel %q cannot approve over the socket", f.Channel)}
+	return "", &protocol.Error{Code: protocol.CodeInvalidParams, Message: fmt.Sprintf("channel %q cannot approve over the socket", f.Channel)}
 }
 
 func (c *conn) approver(channel string) Approval {
 	return Approval{Approver: fmt.Sprintf("%s (uid %d)", c.id.User, c.id.UID), Channel: channel, Weak: c.role().Weak}
 }
 
-func (c *conn) approve(f *Frame) (*Frame, error) {
+func (c *conn) approve(f *protocol.Frame) (*protocol.Frame, error) {
 	return c.decideVerb(f, true)
 }
 
-func (c *conn) deny(f *Frame) (*Frame, error) {
+func (c *conn) deny(f *protocol.Frame) (*protocol.Frame, error) {
 	return c.decideVerb(f, false)
 }
 
-func (c *conn) decideVerb(f *Frame, approve bool) (*Frame, error) {
+func (c *conn) decideVerb(f *protocol.Frame, approve bool) (*protocol.Frame, error) {
 	if err := c.requireApprover(f.Verb); err != nil {
 		return nil, err
 	}
 	if f.Request == "" {
-		return nil, &Error{Code: CodeInvalidParams, Message: f.Verb + " needs \"request\""}
+		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: f.Verb + " needs \"request\""}
 	}
 	if approve && f.Match == "" {
-		return nil, &Error{Code: CodeInvalidParams, Message: "APPROVE needs \"match\": the code shown where the agent asked"}
+		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "APPROVE needs \"match\": the code shown where the agent asked"}
 	}
 	ch, err := socketChannel(f)
 	if err != nil {
@@ -686,7 +674,7 @@ func (c *conn) decideVerb(f *Frame, approve bool) (*Frame, error) {
 	if err := c.s.queue.decide(f.Request, approve, f.Match, c.approver(ch)); err != nil {
 		return nil, err
 	}
-	return &Frame{Kind: KindOK}, nil
+	return &protocol.Frame{Kind: protocol.KindOK}, nil
 }
 
 // watchNotifier streams queue news to an approver connection as EVENTs. It
@@ -695,14 +683,14 @@ func (c *conn) decideVerb(f *Frame, approve bool) (*Frame, error) {
 // behind is cut off. Attack: an approver connection that stops reading, which
 // would otherwise stall every request for the write deadline.
 type watchNotifier struct {
-	events chan *Frame
+	events chan *protocol.Frame
 	lost   chan struct{}
 	once   sync.Once
 }
 
 const watchBuffer = 1024
 
-func (w *watchNotifier) push(f *Frame) {
+func (w *watchNotifier) push(f *protocol.Frame) {
 	select {
 	case w.events <- f:
 	default:
@@ -710,8 +698,8 @@ func (w *watchNotifier) push(f *Frame) {
 	}
 }
 
-func eventFrame(re, message string, data any) *Frame {
-	return &Frame{Kind: KindEvent, ID: "v" + re, Re: re, Message: message, Data: mustJSON(data)}
+func eventFrame(re, message string, data any) *protocol.Frame {
+	return &protocol.Frame{Kind: protocol.KindEvent, ID: "v" + re, Re: re, Message: message, Data: mustJSON(data)}
 }
 
 type watchFeed struct {
@@ -719,7 +707,7 @@ type watchFeed struct {
 	re string
 }
 
-func (f watchFeed) Pending(v PendingView) { f.w.push(eventFrame(f.re, "pending", v)) }
+func (f watchFeed) Pending(v protocol.PendingView) { f.w.push(eventFrame(f.re, "pending", v)) }
 func (f watchFeed) Ended(id, outcome string) {
 	f.w.push(eventFrame(f.re, "ended", map[string]string{"id": id, "outcome": outcome}))
 }
@@ -727,15 +715,15 @@ func (f watchFeed) Ended(id, outcome string) {
 // watch streams every pending request and its end to an approver until the
 // connection closes: the desktop approver's feed. Its final reply comes only
 // when the daemon shuts down. One WATCH per connection.
-func (c *conn) watch(f *Frame) (*Frame, error) {
+func (c *conn) watch(f *protocol.Frame) (*protocol.Frame, error) {
 	if err := c.requireApprover(f.Verb); err != nil {
 		return nil, err
 	}
 	if !c.watching.CompareAndSwap(false, true) {
-		return nil, &Error{Code: CodeLimit, Message: "this connection is already watching"}
+		return nil, &protocol.Error{Code: protocol.CodeLimit, Message: "this connection is already watching"}
 	}
 	defer c.watching.Store(false)
-	w := &watchNotifier{events: make(chan *Frame, watchBuffer), lost: make(chan struct{})}
+	w := &watchNotifier{events: make(chan *protocol.Frame, watchBuffer), lost: make(chan struct{})}
 	feed := watchFeed{w, f.ID}
 	cancel := c.s.queue.subscribe(feed)
 	defer cancel()
@@ -754,7 +742,7 @@ func (c *conn) watch(f *Frame) (*Frame, error) {
 			c.nc.Close()
 			return nil, nil
 		case <-c.ctx.Done():
-			return &Frame{Kind: KindOK}, nil
+			return &protocol.Frame{Kind: protocol.KindOK}, nil
 		}
 	}
 }

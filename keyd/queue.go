@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base32"
+	"errors"
 	"fmt"
 	"math/big"
 	"slices"
@@ -12,61 +13,61 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
-
-// PendingView is a waiting request as the daemon rendered it for a human. It
-// holds no match code: the human reads the code in the requesting terminal and
-// confirms it here, so that a request racing an expected one cannot ride on
-// its approval (DESIGN.md, number matching).
-type PendingView struct {
-	ID       string     `json:"id"`
-	Kind     string     `json:"kind"` // "grant" or "consent"
-	Caller   CallerView `json:"caller"`
-	Agent    string     `json:"agent,omitempty"`
-	Holder   string     `json:"holder"`
-	Title    string     `json:"title"` // one line: "calendar-agent asks for a grant"
-	Text     string     `json:"text"`  // the full rendering, already made safe for display
-	Rule     string     `json:"rule,omitempty"`
-	Channels []string   `json:"channels"` // where it may be approved
-	Strong   bool       `json:"strong"`   // only a strong channel may approve it
-	// Choices are three codes, one of them the real match code, in random
-	// order: for approvers that offer buttons (the desktop notification).
-	Choices []string `json:"choices"`
-	// Link is the request's page on the phone, when the phone may approve
-	// it and the phone page is on.
-	Link    string `json:"link,omitempty"`
-	Created int64  `json:"created"`
-	Expires int64  `json:"expires"`
-}
-
-// CallerView is who asked, as the kernel and /proc told the daemon.
-type CallerView struct {
-	User string `json:"user"`
-	UID  uint32 `json:"uid"`
-	PID  int32  `json:"pid"`
-	Exe  string `json:"exe,omitempty"`
-	Unit string `json:"unit,omitempty"`
-}
 
 // Approval says who decided a pending request and through which channel.
 type Approval struct {
 	Approved bool
-	Approver string // user name and uid, or the paired device's name
-	Channel  string // "terminal", "desktop", "phone"
-	Weak     bool   // the approver could have been the agent itself
-	Code     Code   // for a refusal: denied, timeout, unavailable
-	Reason   string // for a refusal: one sentence
+	Approver string        // user name and uid, or the paired device's name
+	Channel  string        // "terminal", "desktop", "phone"
+	Weak     bool          // the approver could have been the agent itself
+	Code     protocol.Code // for a refusal: denied, timeout, unavailable
+	Reason   string        // for a refusal: one sentence
+
+	// issued carries, for an approval, how the request then ended: nil
+	// when its grant was issued, else why not (a key service that did not
+	// answer). The approver's decide waits for it, so that both sides hear
+	// of a failure after the approval.
+	issued chan error
+}
+
+// settle reports to the approver how an approved request ended. It is a
+// no-op for an approval that nobody waits on.
+func (a Approval) settle(err error) {
+	if a.issued != nil {
+		select {
+		case a.issued <- err:
+		default:
+		}
+	}
+}
+
+// issueWait bounds how long an approver's APPROVE waits to hear whether the
+// grant was issued; signing has its own, shorter deadline.
+const issueWait = 30 * time.Second
+
+// notIssued is the approver's answer for an approved request that ended
+// without a grant: the requester's refusal, said to the approver.
+func notIssued(id string, err error) error {
+	var e *protocol.Error
+	if errors.As(err, &e) {
+		return &protocol.Error{Code: e.Code, Message: fmt.Sprintf("request %s was approved, but no grant was issued: %s", id, e.Message),
+			Fix: "the agent was told the same and may ask again", Retry: e.Retry}
+	}
+	return &protocol.Error{Code: protocol.CodeInternal, Message: fmt.Sprintf("request %s was approved, but no grant was issued", id)}
 }
 
 // Notifier is a human channel that wants to hear about pending requests: the
 // desktop approver (over WATCH) and the phone page plug in here.
 type Notifier interface {
-	Pending(v PendingView)
+	Pending(v protocol.PendingView)
 	Ended(id string, outcome string)
 }
 
 type pendingItem struct {
-	view  PendingView
+	view  protocol.PendingView
 	agent string
 	code  string
 	done  chan Approval // buffered 1; written once under queue.mu
@@ -124,11 +125,11 @@ func newMatchCode() (code string, choices []string) {
 
 // codeWithdrawn ends a request whose requester disconnected. Nobody is left
 // to receive it, so it appears only in the audit log, never on the wire.
-const codeWithdrawn Code = "withdrawn"
+const codeWithdrawn protocol.Code = "withdrawn"
 
 // add enqueues v for agent unless agent already has maxPending requests
 // waiting. It returns the match code to show the requester.
-func (q *queue) add(v PendingView, agent string, maxPending int) (*pendingItem, error) {
+func (q *queue) add(v protocol.PendingView, agent string, maxPending int) (*pendingItem, error) {
 	code, choices := newMatchCode()
 	v.Choices = choices
 	q.mu.Lock()
@@ -137,7 +138,7 @@ func (q *queue) add(v PendingView, agent string, maxPending int) (*pendingItem, 
 	// A limit of 0 means that none may wait: fail closed, never "unlimited".
 	if q.perAgent[agent] >= maxPending {
 		q.mu.Unlock()
-		return nil, &Error{Code: CodeLimit, Message: fmt.Sprintf("agent %q already has %d requests waiting for approval", agent, maxPending),
+		return nil, &protocol.Error{Code: protocol.CodeLimit, Message: fmt.Sprintf("agent %q already has %d requests waiting for approval", agent, maxPending),
 			Fix: "wait for the human to answer the waiting requests", Retry: 30}
 	}
 	it := &pendingItem{view: v, agent: agent, code: code, done: make(chan Approval, 1)}
@@ -197,7 +198,7 @@ func (q *queue) wait(ctx context.Context, it *pendingItem, timeout time.Duration
 	case a := <-it.done:
 		return a
 	case <-t.C:
-		q.end(it, Approval{Code: CodeTimeout, Reason: fmt.Sprintf("nobody approved the request within %s", timeout)})
+		q.end(it, Approval{Code: protocol.CodeTimeout, Reason: fmt.Sprintf("nobody approved the request within %s", timeout)})
 	case <-ctx.Done():
 		q.end(it, Approval{Code: codeWithdrawn, Reason: "the requester went away, which withdraws the request"})
 	}
@@ -213,29 +214,34 @@ func (q *queue) decide(id string, approve bool, match string, a Approval) error 
 	it, ok := q.items[id]
 	if !ok {
 		q.mu.Unlock()
-		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("no pending request %q", id), Fix: "list waiting requests with: parley-grant pending"}
+		return &protocol.Error{Code: protocol.CodeNotFound, Message: fmt.Sprintf("no pending request %q", id), Fix: "list waiting requests with: parley-grant pending"}
 	}
 	if !slices.Contains(it.view.Channels, a.Channel) {
 		q.mu.Unlock()
-		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("request %s may not be approved over the %s channel (allowed: %s)", id, a.Channel, strings.Join(it.view.Channels, ", "))}
+		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("request %s may not be approved over the %s channel (allowed: %s)", id, a.Channel, strings.Join(it.view.Channels, ", "))}
 	}
 	if approve && it.view.Strong && a.Weak {
 		q.mu.Unlock()
-		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("request %s needs a strong channel, and an approval from a user who may also act as an agent is weak", id),
+		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("request %s needs a strong channel, and an approval from a user who may also act as an agent is weak", id),
 			Fix: "approve it from a paired phone, or as a user that is not an agent"}
 	}
 	var err error
+	var issued chan error
 	if approve {
 		if subtle.ConstantTimeCompare([]byte(match), []byte(it.code)) != 1 {
 			approve = false
-			a.Code, a.Reason = CodeDenied, "the approver entered a match code that does not match the requester's"
-			err = &Error{Code: CodeDenied, Message: fmt.Sprintf("the match code does not match: request %s was denied", id),
+			a.Code, a.Reason = protocol.CodeDenied, "the approver entered a match code that does not match the requester's"
+			err = &protocol.Error{Code: protocol.CodeDenied, Message: fmt.Sprintf("the match code does not match: request %s was denied", id),
 				Fix: "compare the code shown where the agent asked; if it differed, someone else's request raced yours"}
 		}
 	} else {
-		a.Code, a.Reason = CodeDenied, "the human denied the request"
+		a.Code, a.Reason = protocol.CodeDenied, "the human denied the request"
 	}
 	a.Approved = approve
+	if approve {
+		issued = make(chan error, 1)
+		a.issued = issued
+	}
 	ended := q.endLocked(it, a)
 	ns := slices.Clone(q.notifiers)
 	q.mu.Unlock()
@@ -244,14 +250,27 @@ func (q *queue) decide(id string, approve bool, match string, a Approval) error 
 			n.n.Ended(id, outcomeWord(a))
 		}
 	}
+	if ended && issued != nil {
+		// The grant is signed now, after the approval: a key service that
+		// is down at this moment is reported to the approver as well.
+		t := time.NewTimer(issueWait)
+		defer t.Stop()
+		select {
+		case ierr := <-issued:
+			if ierr != nil {
+				return notIssued(id, ierr)
+			}
+		case <-t.C:
+		}
+	}
 	return err
 }
 
 // list returns the waiting requests, oldest first.
-func (q *queue) list() []PendingView {
+func (q *queue) list() []protocol.PendingView {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	out := make([]PendingView, 0, len(q.items))
+	out := make([]protocol.PendingView, 0, len(q.items))
 	for _, it := range q.items {
 		out = append(out, it.view)
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
@@ -46,7 +48,7 @@ func (s *Server) relTime(unix int64) string {
 
 // renderGrant is what the human is shown for a GRANT waiting for approval:
 // the daemon's own words for the caveats it would sign, never the agent's.
-func (c *conn) renderGrant(id, agent, holder string, d policies.Decision) PendingView {
+func (c *conn) renderGrant(id, agent, holder string, d policies.Decision) protocol.PendingView {
 	cavs := caveatsFromRequest(d.Grant)
 	var b strings.Builder
 	fmt.Fprintf(&b, "Request %s: a grant\n", id)
@@ -73,7 +75,7 @@ func (c *conn) renderGrant(id, agent, holder string, d policies.Decision) Pendin
 	if c.role().Weak {
 		b.WriteString("Note: this agent's user may also approve, so an approval from that user is weak.\n")
 	}
-	return PendingView{
+	return protocol.PendingView{
 		ID: id, Kind: "grant", Caller: c.view(), Agent: agent, Holder: holder, Rule: d.Rule,
 		Title: safe(fmt.Sprintf("%s asks for a grant", agent)),
 		Text:  grant.SafeLines(b.String(), maxTextDisplay),
@@ -86,7 +88,7 @@ func (c *conn) renderGrant(id, agent, holder string, d policies.Decision) Pendin
 // the proposal that the hash and the policy used (property 9); "data" is not
 // shown, since the hash does not cover it and an agent could add words of
 // its own there ("this is a refund").
-func (c *conn) renderConsent(id, agent, holder, service string, p *grant.Proposal, d policies.ConsentDecision) PendingView {
+func (c *conn) renderConsent(id, agent, holder, service string, p *grant.Proposal, d policies.ConsentDecision) protocol.PendingView {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Request %s: consent to ONE action at %s\n", id, safe(service))
 	fmt.Fprintf(&b, "Asked by %s\n", c.whoLine(agent))
@@ -111,7 +113,7 @@ func (c *conn) renderConsent(id, agent, holder, service string, p *grant.Proposa
 	if c.role().Weak {
 		b.WriteString("Note: this agent's user may also approve, so an approval from that user is weak.\n")
 	}
-	return PendingView{
+	return protocol.PendingView{
 		ID: id, Kind: "consent", Caller: c.view(), Agent: agent, Holder: holder, Rule: d.Rule,
 		Title: safe(fmt.Sprintf("%s asks for consent: %s", agent, cost)),
 		Text:  grant.SafeLines(b.String(), maxTextDisplay),

@@ -14,7 +14,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
+	"github.com/parley-keyd/parley-keyd/keyd/peercred"
+
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/policies"
 	"golang.org/x/sync/semaphore"
 )
@@ -22,24 +27,18 @@ import (
 // AuditSink is where the daemon records every decision. Append returns only
 // once the record is durable; the daemon releases a grant only after that.
 type AuditSink interface {
-	Append(rec AuditRecord) (uint64, error)
+	Append(rec audit.Record) (uint64, error)
 }
 
-// Options configure a Server.
-type Options struct {
-	Config *Config
-	Policy *policies.Policy
-	// Signer holds the principal key. It is the only way the daemon uses
-	// the key, so a key service can replace the file key.
-	Signer crypto.Signer
-	Audit  AuditSink
-	// Logf receives operational messages (not audit records). Nil discards.
-	Logf func(format string, args ...any)
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// Identify returns the peer's identity; nil means PeerIdentity. Tests
-	// leave it nil: identities come from the kernel.
-	Identify func(*net.UnixConn) (Identity, error)
+// serverOptions configure a Server; New fills them from Options.
+type serverOptions struct {
+	Config   *Config
+	Policy   *policies.Policy
+	Signer   crypto.Signer
+	Audit    AuditSink
+	Logf     func(format string, args ...any)
+	Now      func() time.Time
+	Identify func(*net.UnixConn) (peercred.Identity, error)
 }
 
 // Server is the daemon: it accepts connections on a Unix socket, learns each
@@ -53,7 +52,7 @@ type Server struct {
 	audit     AuditSink
 	logf      func(string, ...any)
 	now       func() time.Time
-	identify  func(*net.UnixConn) (Identity, error)
+	identify  func(*net.UnixConn) (peercred.Identity, error)
 	queue     *queue
 	limiter   *policies.Limiter
 
@@ -66,9 +65,9 @@ type Server struct {
 	nconns    atomic.Int64
 }
 
-// NewServer returns a server ready to Serve. It refuses a missing signer,
+// newServer returns a server ready to Serve. It refuses a missing signer,
 // policy or audit sink: there is no allow-all default.
-func NewServer(o Options) (*Server, error) {
+func newServer(o serverOptions) (*Server, error) {
 	if o.Config == nil || o.Policy == nil || o.Signer == nil || o.Audit == nil {
 		return nil, errors.New("keyd: server needs a config, a policy, a signer and an audit log")
 	}
@@ -96,7 +95,7 @@ func NewServer(o Options) (*Server, error) {
 		s.now = time.Now
 	}
 	if s.identify == nil {
-		s.identify = PeerIdentity
+		s.identify = peercred.Get
 	}
 	s.cfg.Store(o.Config)
 	s.policy.Store(o.Policy)
@@ -106,9 +105,9 @@ func NewServer(o Options) (*Server, error) {
 // Principal returns the principal's public key as "ed25519:…".
 func (s *Server) Principal() string { return s.principal }
 
-// Reload swaps in a new configuration and policy. Callers validate both
+// swap puts a new configuration and policy in force. Callers validate both
 // first; a nil argument keeps the current one.
-func (s *Server) Reload(cfg *Config, pol *policies.Policy) {
+func (s *Server) swap(cfg *Config, pol *policies.Policy) {
 	if cfg != nil {
 		s.cfg.Store(cfg)
 	}
@@ -120,14 +119,16 @@ func (s *Server) Reload(cfg *Config, pol *policies.Policy) {
 // Subscribe registers a human channel for pending-request news.
 func (s *Server) Subscribe(n Notifier) (cancel func()) { return s.queue.subscribe(n) }
 
-// Decide approves or denies a pending request from a channel outside the
-// socket (the phone page). The caller vouches for the approver and channel.
-func (s *Server) Decide(id string, approve bool, match string, a Approval) error {
-	return s.queue.decide(id, approve, match, a)
+// Decide approves or denies a pending request for the paired phone named
+// device: the phone page, which has authenticated the device and checked
+// that the request came from another machine, calls it. The approval is
+// recorded as strong, on the phone channel.
+func (s *Server) Decide(id string, approve bool, match, device string) error {
+	return s.queue.decide(id, approve, match, Approval{Approver: "phone:" + device, Channel: "phone"})
 }
 
 // Pending lists the waiting requests.
-func (s *Server) Pending() []PendingView { return s.queue.list() }
+func (s *Server) Pending() []protocol.PendingView { return s.queue.list() }
 
 // Serve accepts connections on ln until ln is closed or Shutdown is called.
 func (s *Server) Serve(ln net.Listener) error {
@@ -187,7 +188,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		ln.Close()
 	}
 	s.mu.Unlock()
-	s.queue.drain(Approval{Code: CodeUnavailable, Reason: "the daemon is shutting down"})
+	s.queue.drain(Approval{Code: protocol.CodeUnavailable, Reason: "the daemon is shutting down"})
 	s.mu.Lock()
 	for c := range s.conns {
 		c.cancel()
@@ -223,7 +224,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // reads its replies, so that every handler keeps its frame while its reply
 // waits to be written. Past the cap the daemon stops reading that connection
 // until its handlers finish.
-const maxInflightBytes = 2 * MaxFrame
+const maxInflightBytes = 2 * protocol.MaxFrame
 
 // maxInflight caps concurrent requests on one connection. Attack: a client
 // pipelining thousands of frames to make the daemon hold thousands of
@@ -233,7 +234,7 @@ const maxInflight = 64
 type conn struct {
 	s        *Server
 	nc       *net.UnixConn
-	id       Identity
+	id       peercred.Identity
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wmu      sync.Mutex
@@ -250,7 +251,7 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	cfg := s.cfg.Load()
 	if n := s.nconns.Add(1); n > int64(cfg.MaxConnections) {
 		s.nconns.Add(-1)
-		s.writeRefusal(nc, &Error{Code: CodeLimit, Message: "the daemon has too many open connections", Retry: 1})
+		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeLimit, Message: "the daemon has too many open connections", Retry: 1})
 		return
 	}
 	defer s.nconns.Add(-1)
@@ -260,12 +261,12 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	id, err := s.identify(nc)
 	if err != nil {
 		s.logf("peer credentials: %v", err)
-		s.writeRefusal(nc, &Error{Code: CodeInternal, Message: "could not read the peer's credentials"})
+		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeInternal, Message: "could not read the peer's credentials"})
 		return
 	}
 	roles := cfg.roles(id)
 	if !roles.Agent && !roles.Approver {
-		s.writeRefusal(nc, &Error{Code: CodeUnauthorized,
+		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeUnauthorized,
 			Message: fmt.Sprintf("user %s (uid %d) may not use parley-keyd", id.User, id.UID),
 			Fix:     "an admin adds the user to access.agent_users or access.approver_users in the daemon's configuration"})
 		return
@@ -274,7 +275,7 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	// approvers can no longer connect. Each uid gets a share; the global
 	// cap stays for everyone else.
 	if !s.claimUID(id.UID, cfg.MaxConnectionsPerUser) {
-		s.writeRefusal(nc, &Error{Code: CodeLimit, Message: fmt.Sprintf("user %s has too many open connections", id.User), Retry: 1})
+		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeLimit, Message: fmt.Sprintf("user %s has too many open connections", id.User), Retry: 1})
 		return
 	}
 	defer s.releaseUID(id.UID)
@@ -320,24 +321,24 @@ func (s *Server) releaseUID(uid uint32) {
 
 // writeRefusal answers a connection that will not be served with one ERROR
 // frame and nothing else.
-func (s *Server) writeRefusal(nc net.Conn, e *Error) {
-	b, err := encodeFrame(errorFrame("", e))
+func (s *Server) writeRefusal(nc net.Conn, e *protocol.Error) {
+	b, err := protocol.EncodeFrame(errorFrame("", e))
 	if err == nil {
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
 		nc.Write(b)
 	}
 }
 
-func errorFrame(re string, e *Error) *Frame {
-	return &Frame{Kind: KindError, ID: "e" + re, Re: re, Code: e.Code, Message: e.Message, Fix: e.Fix, Retry: e.Retry, Rule: e.Rule}
+func errorFrame(re string, e *protocol.Error) *protocol.Frame {
+	return &protocol.Frame{Kind: protocol.KindError, ID: "e" + re, Re: re, Code: e.Code, Message: e.Message, Fix: e.Fix, Retry: e.Retry, Rule: e.Rule}
 }
 
 func (c *conn) readLoop() {
-	fr := newFrameReader(c.nc)
+	fr := protocol.NewFrameReader(c.nc)
 	for {
-		line, err := fr.next()
-		if errors.Is(err, errFrameTooLarge) {
-			c.send(errorFrame("", &Error{Code: CodeBadFrame, Message: "the frame is larger than 1 MiB and was skipped"}))
+		line, err := fr.Next()
+		if errors.Is(err, protocol.ErrFrameTooLarge) {
+			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is larger than 1 MiB and was skipped"}))
 			continue
 		}
 		if err != nil {
@@ -354,34 +355,34 @@ func (c *conn) readLoop() {
 		// encoding/json's rules a frame could carry "verb" and "Verb" and
 		// be one request to a reader that keeps the first and another to
 		// one that keeps the last.
-		var f Frame
+		var f protocol.Frame
 		if err := grant.DecodeStrict(line, &f); err != nil {
-			c.send(errorFrame("", &Error{Code: CodeBadFrame, Message: "the frame is not one strict JSON object: " + jsonErr(err)}))
+			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is not one strict JSON object: " + jsonErr(err)}))
 			continue
 		}
 		if f.ID == "" || len(f.ID) > 128 {
-			c.send(errorFrame("", &Error{Code: CodeBadFrame, Message: "the frame needs an \"id\" string of at most 128 bytes"}))
+			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame needs an \"id\" string of at most 128 bytes"}))
 			continue
 		}
-		if f.Parley != Version {
-			c.send(errorFrame(f.ID, &Error{Code: CodeBadFrame, Message: fmt.Sprintf("the frame must carry \"parley\": %d", Version)}))
+		if f.Parley != protocol.Version {
+			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("the frame must carry \"parley\": %d", protocol.Version)}))
 			continue
 		}
 		h := c.s.handler(f.Verb)
 		if h == nil {
-			c.send(errorFrame(f.ID, &Error{Code: CodeBadFrame, Message: fmt.Sprintf("unknown verb %q", f.Verb),
+			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("unknown verb %q", f.Verb),
 				Fix: "send HELLO to list the verbs"}))
 			continue
 		}
 		if !c.claimID(f.ID) {
-			c.send(errorFrame(f.ID, &Error{Code: CodeBadFrame, Message: fmt.Sprintf("id %q is already in use on this connection", f.ID)}))
+			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("id %q is already in use on this connection", f.ID)}))
 			continue
 		}
 		select {
 		case c.sem <- struct{}{}:
 		default:
 			c.releaseID(f.ID)
-			c.send(errorFrame(f.ID, &Error{Code: CodeLimit, Message: "too many requests in flight on this connection", Retry: 1}))
+			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeLimit, Message: "too many requests in flight on this connection", Retry: 1}))
 			continue
 		}
 		size := int64(len(line))
@@ -391,7 +392,7 @@ func (c *conn) readLoop() {
 			return
 		}
 		c.handlers.Add(1)
-		go func(f Frame) {
+		go func(f protocol.Frame) {
 			defer c.handlers.Done()
 			defer c.bytes.Release(size)
 			defer func() { <-c.sem }()
@@ -401,15 +402,15 @@ func (c *conn) readLoop() {
 				// answers "internal" and the connection lives on.
 				if r := recover(); r != nil {
 					c.s.logf("panic in %s: %v", f.Verb, r)
-					c.send(errorFrame(f.ID, &Error{Code: CodeInternal, Message: "the daemon failed to handle the request"}))
+					c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}))
 				}
 			}()
 			reply, err := h(c, &f)
 			if err != nil {
-				var e *Error
+				var e *protocol.Error
 				if !errors.As(err, &e) {
 					c.s.logf("%s from pid %d: %v", f.Verb, c.id.PID, err)
-					e = &Error{Code: CodeInternal, Message: "the daemon failed to handle the request"}
+					e = &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}
 				}
 				reply = errorFrame(f.ID, e)
 			}
@@ -450,10 +451,10 @@ func (c *conn) releaseID(id string) {
 
 // send writes one frame. Writes are serialized; a client that stops reading
 // is cut off after a deadline rather than blocking its handlers forever.
-func (c *conn) send(f *Frame) bool {
-	b, err := encodeFrame(f)
+func (c *conn) send(f *protocol.Frame) bool {
+	b, err := protocol.EncodeFrame(f)
 	if err != nil {
-		b, _ = encodeFrame(errorFrame(f.Re, &Error{Code: CodeInternal, Message: "the reply was too large to send"}))
+		b, _ = protocol.EncodeFrame(errorFrame(f.Re, &protocol.Error{Code: protocol.CodeInternal, Message: "the reply was too large to send"}))
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -472,7 +473,7 @@ func (c *conn) send(f *Frame) bool {
 // event sends a non-final EVENT reply for request re.
 func (c *conn) event(re, message string, data any) {
 	raw, _ := json.Marshal(data)
-	c.send(&Frame{Kind: KindEvent, ID: "v" + re, Re: re, Message: message, Data: raw})
+	c.send(&protocol.Frame{Kind: protocol.KindEvent, ID: "v" + re, Re: re, Message: message, Data: raw})
 }
 
 // jsonErr is the message of a strict decoding error, which names the

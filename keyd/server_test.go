@@ -17,7 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
@@ -64,8 +69,8 @@ type harness struct {
 	t      *testing.T
 	dir    string
 	sock   string
-	srv    *Server
-	audit  *AuditLog
+	srv    *Daemon
+	stop   context.CancelFunc // ends Run
 	key    ed25519.PrivateKey // the principal
 	cfg    *Config
 	served chan error
@@ -100,15 +105,11 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.audit, err = OpenAudit(filepath.Join(dir, "audit.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := Options{Config: cfg, Policy: pol, Signer: priv, Audit: h.audit, Logf: t.Logf}
+	o := Options{Config: cfg, Policy: pol, Signer: priv, State: dir, Logf: t.Logf}
 	for _, f := range opts {
 		f(cfg, &o)
 	}
-	h.srv, err = NewServer(o)
+	h.srv, err = New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,21 +117,26 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { h.served <- h.srv.Serve(ln) }()
+	ctx, stop := context.WithCancel(context.Background())
+	h.stop = stop
+	go func() { h.served <- h.srv.Run(ctx, ln) }()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := h.srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
+		stop()
+		select {
+		case err := <-h.served:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("the daemon did not stop within 15 s")
 		}
-		h.audit.Close()
 	})
 	return h
 }
 
-func (h *harness) client() *Client {
+func (h *harness) client() *client.Client {
 	h.t.Helper()
-	c, err := Dial(h.sock)
+	c, err := client.Dial(h.sock)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -164,30 +170,30 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func wantCode(t *testing.T, err error, code Code) {
+func wantCode(t *testing.T, err error, code protocol.Code) {
 	t.Helper()
-	var e *Error
+	var e *protocol.Error
 	if !errors.As(err, &e) || e.Code != code {
 		t.Fatalf("got error %v, want code %s", err, code)
 	}
 }
 
-func auditRecords(t *testing.T, h *harness) []AuditRecord {
+func auditRecords(t *testing.T, h *harness) []audit.Record {
 	t.Helper()
 	f, err := os.Open(filepath.Join(h.dir, "audit.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := VerifyAuditChain(f); err != nil {
+	if _, err := audit.VerifyChain(f); err != nil {
 		t.Fatalf("audit log does not verify: %v", err)
 	}
 	f.Seek(0, 0)
-	var out []AuditRecord
+	var out []audit.Record
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 4<<20)
 	for sc.Scan() {
-		var r AuditRecord
+		var r audit.Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +217,7 @@ func TestHelloManifest(t *testing.T) {
 	if strings.Join(m.Caller.Roles, ",") != "agent,approver" || !m.Caller.Weak {
 		t.Errorf("roles = %v weak=%v, want agent,approver weak", m.Caller.Roles, m.Caller.Weak)
 	}
-	if m.Caller.Agent != "tester" || m.Limits.Frame != MaxFrame {
+	if m.Caller.Agent != "tester" || m.Limits.Frame != protocol.MaxFrame {
 		t.Errorf("manifest = %+v", m)
 	}
 	var names []string
@@ -272,8 +278,8 @@ func TestGrantAuto(t *testing.T) {
 func TestGrantDeniedByPolicy(t *testing.T) {
 	h := newHarness(t)
 	_, err := h.client().Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Can("bank.transfer")}, nil)
-	wantCode(t, err, CodeForbidden)
-	var e *Error
+	wantCode(t, err, protocol.CodeForbidden)
+	var e *protocol.Error
 	errors.As(err, &e)
 	if e.Rule != "never-bank" || e.Fix == "" {
 		t.Errorf("refusal = %+v, want rule never-bank and a fix", e)
@@ -287,17 +293,17 @@ func TestGrantDeniedByPolicy(t *testing.T) {
 // asked starts a grant request that needs approval and returns the event
 // with the match code and a channel carrying the final result.
 type asked struct {
-	ev  Event
+	ev  protocol.Event
 	res chan error
-	tok chan *GrantResult
+	tok chan *protocol.GrantResult
 }
 
-func askGrant(t *testing.T, c *Client, key ed25519.PrivateKey, cavs ...grant.Caveat) *asked {
+func askGrant(t *testing.T, c *client.Client, key ed25519.PrivateKey, cavs ...grant.Caveat) *asked {
 	t.Helper()
-	a := &asked{res: make(chan error, 1), tok: make(chan *GrantResult, 1)}
-	evs := make(chan Event, 4)
+	a := &asked{res: make(chan error, 1), tok: make(chan *protocol.GrantResult, 1)}
+	evs := make(chan protocol.Event, 4)
 	go func() {
-		r, err := c.Grant(ctxT(t), key, cavs, func(e Event) { evs <- e })
+		r, err := c.Grant(ctxT(t), key, cavs, func(e protocol.Event) { evs <- e })
 		a.tok <- r
 		a.res <- err
 	}()
@@ -314,7 +320,7 @@ func askGrant(t *testing.T, c *Client, key ed25519.PrivateKey, cavs ...grant.Cav
 	return a
 }
 
-func (a *asked) wait(t *testing.T) (*GrantResult, error) {
+func (a *asked) wait(t *testing.T) (*protocol.GrantResult, error) {
 	t.Helper()
 	select {
 	case err := <-a.res:
@@ -382,12 +388,12 @@ func TestGrantWrongCodeDenies(t *testing.T) {
 		wrong = "11"
 	}
 	err := h.client().Approve(ctxT(t), a.ev.Request, wrong, "terminal")
-	wantCode(t, err, CodeDenied)
+	wantCode(t, err, protocol.CodeDenied)
 	_, err = a.wait(t)
-	wantCode(t, err, CodeDenied)
+	wantCode(t, err, protocol.CodeDenied)
 	// A second try with the right code finds nothing: one guess only.
 	err = h.client().Approve(ctxT(t), a.ev.Request, a.ev.Code, "terminal")
-	wantCode(t, err, CodeNotFound)
+	wantCode(t, err, protocol.CodeNotFound)
 }
 
 func TestGrantDeny(t *testing.T) {
@@ -397,7 +403,7 @@ func TestGrantDeny(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := a.wait(t)
-	wantCode(t, err, CodeDenied)
+	wantCode(t, err, protocol.CodeDenied)
 	recs := auditRecords(t, h)
 	if last := recs[len(recs)-1]; last.Kind != "deny" || last.Decision != "denied" || last.GrantID != "" {
 		t.Errorf("audit = %+v", last)
@@ -408,7 +414,7 @@ func TestGrantApprovalTimeout(t *testing.T) {
 	h := newHarness(t, func(c *Config, o *Options) { c.ApprovalTimeout.Duration = 300 * time.Millisecond })
 	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
 	_, err := a.wait(t)
-	wantCode(t, err, CodeTimeout)
+	wantCode(t, err, protocol.CodeTimeout)
 	if p := h.srv.Pending(); len(p) != 0 {
 		t.Errorf("pending after timeout = %v", p)
 	}
@@ -416,7 +422,7 @@ func TestGrantApprovalTimeout(t *testing.T) {
 
 func TestGrantWithdrawnOnDisconnect(t *testing.T) {
 	h := newHarness(t)
-	c, err := Dial(h.sock)
+	c, err := client.Dial(h.sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,11 +438,9 @@ func TestGrantWithdrawnOnDisconnect(t *testing.T) {
 func TestShutdownAnswersWaiting(t *testing.T) {
 	h := newHarness(t)
 	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	go h.srv.Shutdown(ctx)
+	h.stop()
 	_, err := a.wait(t)
-	wantCode(t, err, CodeUnavailable)
+	wantCode(t, err, protocol.CodeUnavailable)
 }
 
 func TestPendingLimit(t *testing.T) {
@@ -446,7 +450,7 @@ func TestPendingLimit(t *testing.T) {
 		askGrant(t, c, newAgentKey(t), grant.Can(fmt.Sprintf("mail.r%d", i)))
 	}
 	_, err := c.Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Can("mail.x")}, nil)
-	wantCode(t, err, CodeLimit)
+	wantCode(t, err, protocol.CodeLimit)
 }
 
 // rawConn speaks frames by hand, for what the typed client never sends.
@@ -472,14 +476,14 @@ func (r *rawConn) send(s string) {
 	}
 }
 
-func (r *rawConn) read() Frame {
+func (r *rawConn) read() protocol.Frame {
 	r.t.Helper()
 	r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 	line, err := r.br.ReadBytes('\n')
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	var f Frame
+	var f protocol.Frame
 	if err := json.Unmarshal(line, &f); err != nil {
 		r.t.Fatalf("reply %q: %v", line, err)
 	}
@@ -489,32 +493,32 @@ func (r *rawConn) read() Frame {
 func TestFramesBadInputKeepsConnection(t *testing.T) {
 	h := newHarness(t)
 	r := h.raw()
-	big := `{"parley":1,"id":"big","verb":"HELLO","pad":"` + strings.Repeat("x", MaxFrame+10) + `"}` + "\n"
+	big := `{"parley":1,"id":"big","verb":"HELLO","pad":"` + strings.Repeat("x", protocol.MaxFrame+10) + `"}` + "\n"
 	cases := []struct {
 		name, send string
-		code       Code
+		code       protocol.Code
 		re         string
 	}{
-		{"fail/oversized", big, CodeBadFrame, ""},
-		{"fail/not-json", "{nope\n", CodeBadFrame, ""},
-		{"fail/array", "[1,2]\n", CodeBadFrame, ""},
-		{"fail/no-id", `{"parley":1,"verb":"HELLO"}` + "\n", CodeBadFrame, ""},
-		{"fail/wrong-version", `{"parley":2,"id":"v","verb":"HELLO"}` + "\n", CodeBadFrame, "v"},
-		{"fail/unknown-verb", `{"parley":1,"id":"u","verb":"STEAL"}` + "\n", CodeBadFrame, "u"},
-		{"fail/grant-no-body", `{"parley":1,"id":"g","verb":"GRANT"}` + "\n", CodeInvalidParams, "g"},
-		{"fail/grant-no-proof", `{"parley":1,"id":"p","verb":"GRANT","grant":{"holder":"` + grant.FormatPublicKey(newAgentKey(t).Public().(ed25519.PublicKey)) + `","caveats":[]}}` + "\n", CodeUnauthorized, "p"},
-		{"fail/unknown-caveat", `{"parley":1,"id":"c","verb":"GRANT","grant":{"holder":"` + grant.FormatPublicKey(newAgentKey(t).Public().(ed25519.PublicKey)) + `","caveats":[{"admin":true}]}}` + "\n", CodeInvalidParams, "c"},
+		{"fail/oversized", big, protocol.CodeBadFrame, ""},
+		{"fail/not-json", "{nope\n", protocol.CodeBadFrame, ""},
+		{"fail/array", "[1,2]\n", protocol.CodeBadFrame, ""},
+		{"fail/no-id", `{"parley":1,"verb":"HELLO"}` + "\n", protocol.CodeBadFrame, ""},
+		{"fail/wrong-version", `{"parley":2,"id":"v","verb":"HELLO"}` + "\n", protocol.CodeBadFrame, "v"},
+		{"fail/unknown-verb", `{"parley":1,"id":"u","verb":"STEAL"}` + "\n", protocol.CodeBadFrame, "u"},
+		{"fail/grant-no-body", `{"parley":1,"id":"g","verb":"GRANT"}` + "\n", protocol.CodeInvalidParams, "g"},
+		{"fail/grant-no-proof", `{"parley":1,"id":"p","verb":"GRANT","grant":{"holder":"` + grant.FormatPublicKey(newAgentKey(t).Public().(ed25519.PublicKey)) + `","caveats":[]}}` + "\n", protocol.CodeUnauthorized, "p"},
+		{"fail/unknown-caveat", `{"parley":1,"id":"c","verb":"GRANT","grant":{"holder":"` + grant.FormatPublicKey(newAgentKey(t).Public().(ed25519.PublicKey)) + `","caveats":[{"admin":true}]}}` + "\n", protocol.CodeInvalidParams, "c"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r.send(tc.send)
 			f := r.read()
-			if f.Kind != KindError || f.Code != tc.code || f.Re != tc.re || f.Message == "" {
+			if f.Kind != protocol.KindError || f.Code != tc.code || f.Re != tc.re || f.Message == "" {
 				t.Errorf("reply = %+v, want ERROR %s re %q", f, tc.code, tc.re)
 			}
 			// The connection stays usable after every bad frame.
 			r.send(`{"parley":1,"id":"ok","verb":"HELLO"}` + "\n")
-			if f := r.read(); f.Kind != KindBrief || f.Re != "ok" {
+			if f := r.read(); f.Kind != protocol.KindBrief || f.Re != "ok" {
 				t.Errorf("after bad frame: %+v", f)
 			}
 		})
@@ -526,7 +530,7 @@ func TestGrantProofChecks(t *testing.T) {
 	agent, other := newAgentKey(t), newAgentKey(t)
 	holder := grant.FormatPublicKey(agent.Public().(ed25519.PublicKey))
 	body := `{"holder":"` + holder + `","caveats":[{"can":["calendar.*"]},{"svc":["cal.example"]}]}`
-	digest, err := GrantDigest([]byte(body))
+	digest, err := protocol.GrantDigest([]byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,13 +546,13 @@ func TestGrantProofChecks(t *testing.T) {
 	pr := h.srv.Principal()
 	cases := []struct {
 		name, proof string
-		code        Code
+		code        protocol.Code
 	}{
-		{"fail/other-key", mk(other, pr, "GRANT", digest, now), CodeUnauthorized},
-		{"fail/other-audience", mk(agent, "ed25519:someone-else", "GRANT", digest, now), CodeUnauthorized},
-		{"fail/other-verb", mk(agent, pr, "CONSENT", digest, now), CodeUnauthorized},
-		{"fail/other-body", mk(agent, pr, "GRANT", "AAAA", now), CodeUnauthorized},
-		{"fail/stale", mk(agent, pr, "GRANT", digest, now-301), CodeUnauthorized},
+		{"fail/other-key", mk(other, pr, "GRANT", digest, now), protocol.CodeUnauthorized},
+		{"fail/other-audience", mk(agent, "ed25519:someone-else", "GRANT", digest, now), protocol.CodeUnauthorized},
+		{"fail/other-verb", mk(agent, pr, "CONSENT", digest, now), protocol.CodeUnauthorized},
+		{"fail/other-body", mk(agent, pr, "GRANT", "AAAA", now), protocol.CodeUnauthorized},
+		{"fail/stale", mk(agent, pr, "GRANT", digest, now-301), protocol.CodeUnauthorized},
 		{"ok/fresh", mk(agent, pr, "GRANT", digest, now), ""},
 	}
 	r := h.raw()
@@ -558,21 +562,26 @@ func TestGrantProofChecks(t *testing.T) {
 			r.send(`{"parley":1,"id":"` + id + `","verb":"GRANT","grant":` + body + `,"proof":` + tc.proof + "}\n")
 			f := r.read()
 			if tc.code == "" {
-				if f.Kind != KindGrant {
+				if f.Kind != protocol.KindGrant {
 					t.Fatalf("reply = %+v", f)
 				}
 				return
 			}
-			if f.Kind != KindError || f.Code != tc.code {
+			if f.Kind != protocol.KindError || f.Code != tc.code {
 				t.Errorf("reply = %+v, want %s", f, tc.code)
 			}
 		})
 	}
 }
 
+// failingAudit is a log whose disk filled after the daemon started: it
+// takes the start and stop records and refuses everything else.
 type failingAudit struct{ n int }
 
-func (f *failingAudit) Append(AuditRecord) (uint64, error) {
+func (f *failingAudit) Append(r audit.Record) (uint64, error) {
+	if r.Kind == audit.KindStart || r.Kind == audit.KindStop {
+		return 1, nil
+	}
 	f.n++
 	return 0, errors.New("disk full")
 }
@@ -581,7 +590,7 @@ func TestAuditFailureRefusesGrant(t *testing.T) {
 	fa := &failingAudit{}
 	h := newHarness(t, func(c *Config, o *Options) { o.Audit = fa })
 	res, err := h.client().Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find")}, nil)
-	wantCode(t, err, CodeUnavailable)
+	wantCode(t, err, protocol.CodeUnavailable)
 	if res != nil || fa.n == 0 {
 		t.Errorf("res = %v, appends = %d", res, fa.n)
 	}
@@ -596,27 +605,27 @@ func TestRolesFromConfig(t *testing.T) {
 	t.Run("fail/stranger", func(t *testing.T) {
 		h := newHarness(t, func(c *Config, o *Options) { c.Access = Access{} })
 		_, err := h.client().Hello(ctxT(t))
-		wantCode(t, err, CodeUnauthorized)
+		wantCode(t, err, protocol.CodeUnauthorized)
 	})
 	t.Run("fail/agent-cannot-approve", func(t *testing.T) {
 		h := newHarness(t, func(c *Config, o *Options) { c.Access = Access{AgentUsers: []string{u}} })
 		c := h.client()
 		_, err := c.Pending(ctxT(t))
-		wantCode(t, err, CodeForbidden)
-		wantCode(t, c.Approve(ctxT(t), "r_x", "12", "terminal"), CodeForbidden)
-		wantCode(t, c.Deny(ctxT(t), "r_x", "terminal"), CodeForbidden)
+		wantCode(t, err, protocol.CodeForbidden)
+		wantCode(t, c.Approve(ctxT(t), "r_x", "12", "terminal"), protocol.CodeForbidden)
+		wantCode(t, c.Deny(ctxT(t), "r_x", "terminal"), protocol.CodeForbidden)
 	})
 	t.Run("fail/approver-cannot-ask", func(t *testing.T) {
 		h := newHarness(t, func(c *Config, o *Options) { c.Access = Access{ApproverUsers: []string{u}} })
 		_, err := h.client().Grant(ctxT(t), newAgentKey(t), nil, nil)
-		wantCode(t, err, CodeForbidden)
+		wantCode(t, err, protocol.CodeForbidden)
 	})
 	t.Run("ok/both-without-dual-is-agent-only", func(t *testing.T) {
 		h := newHarness(t, func(c *Config, o *Options) {
 			c.Access = Access{AgentUsers: []string{u}, ApproverGroups: []string{fmt.Sprint(os.Getgid())}}
 		})
 		_, err := h.client().Pending(ctxT(t))
-		wantCode(t, err, CodeForbidden)
+		wantCode(t, err, protocol.CodeForbidden)
 	})
 }
 
@@ -630,7 +639,7 @@ func TestConcurrentClients(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := Dial(h.sock)
+			c, err := client.Dial(h.sock)
 			if err != nil {
 				errs <- err
 				return
@@ -690,15 +699,15 @@ func TestConsentApproved(t *testing.T) {
 	exp := time.Now().Unix() + 600
 	prop, hash := proposalFor(t, "p_1", 4500, exp)
 	c := h.client()
-	evs := make(chan Event, 1)
-	done := make(chan *GrantResult, 1)
+	evs := make(chan protocol.Event, 1)
+	done := make(chan *protocol.GrantResult, 1)
 	errc := make(chan error, 1)
 	go func() {
-		r, err := c.Consent(ctxT(t), agent, "shop.example", consentFor(h.srv.Principal(), "p_1", hash, exp), prop, func(e Event) { evs <- e })
+		r, err := c.Consent(ctxT(t), agent, "shop.example", consentFor(h.srv.Principal(), "p_1", hash, exp), prop, func(e protocol.Event) { evs <- e })
 		done <- r
 		errc <- err
 	}()
-	var ev Event
+	var ev protocol.Event
 	select {
 	case ev = <-evs:
 	case err := <-errc:
@@ -767,18 +776,18 @@ func TestConsentMismatchNeverShown(t *testing.T) {
 		name              string
 		service           string
 		consent, proposal json.RawMessage
-		code              Code
+		code              protocol.Code
 	}{
-		{"fail/altered-proposal", "shop.example", consentFor(principal, "p_1", hash, exp), altered, CodeConflict},
-		{"fail/other-hash", "shop.example", consentFor(principal, "p_1", otherHash, exp), prop, CodeConflict},
-		{"fail/other-id", "shop.example", consentFor(principal, "p_9", hash, exp), prop, CodeConflict},
-		{"fail/other-service", "evil.example", consentFor(principal, "p_1", hash, exp), prop, CodeConflict},
-		{"fail/other-principal", "shop.example", consentFor("ed25519:"+strings.Repeat("A", 43), "p_1", hash, exp), prop, CodeConflict},
-		{"fail/expired", "shop.example", consentFor(principal, "p_1", oldHash, past), oldProp, CodeExpired},
+		{"fail/altered-proposal", "shop.example", consentFor(principal, "p_1", hash, exp), altered, protocol.CodeConflict},
+		{"fail/other-hash", "shop.example", consentFor(principal, "p_1", otherHash, exp), prop, protocol.CodeConflict},
+		{"fail/other-id", "shop.example", consentFor(principal, "p_9", hash, exp), prop, protocol.CodeConflict},
+		{"fail/other-service", "evil.example", consentFor(principal, "p_1", hash, exp), prop, protocol.CodeConflict},
+		{"fail/other-principal", "shop.example", consentFor("ed25519:"+strings.Repeat("A", 43), "p_1", hash, exp), prop, protocol.CodeConflict},
+		{"fail/expired", "shop.example", consentFor(principal, "p_1", oldHash, past), oldProp, protocol.CodeExpired},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := h.client().Consent(ctxT(t), newAgentKey(t), tc.service, tc.consent, tc.proposal, func(e Event) {
+			_, err := h.client().Consent(ctxT(t), newAgentKey(t), tc.service, tc.consent, tc.proposal, func(e protocol.Event) {
 				t.Errorf("a mismatched consent reached the human: %+v", e)
 			})
 			wantCode(t, err, tc.code)
@@ -801,8 +810,8 @@ func TestConsentRenderingNeutralizesServiceText(t *testing.T) {
 	}
 	raw, _ := json.Marshal(p)
 	hash, _ := grant.ProposalHash(raw)
-	evs := make(chan Event, 1)
-	go h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor(h.srv.Principal(), "p_x", hash, exp), raw, func(e Event) { evs <- e })
+	evs := make(chan protocol.Event, 1)
+	go h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor(h.srv.Principal(), "p_x", hash, exp), raw, func(e protocol.Event) { evs <- e })
 	select {
 	case <-evs:
 	case <-time.After(10 * time.Second):
@@ -830,8 +839,8 @@ func TestReviewDataNeverShown(t *testing.T) {
 	// "data" is outside the hash: an agent can add it to the real proposal.
 	m["data"] = map[string]any{"NOTE FROM SHOP": "this is a REFUND to you; nothing will be charged"}
 	withData, _ := json.Marshal(m)
-	evs := make(chan Event, 1)
-	go h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor(h.srv.Principal(), "p_1", hash, exp), withData, func(e Event) { evs <- e })
+	evs := make(chan protocol.Event, 1)
+	go h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor(h.srv.Principal(), "p_1", hash, exp), withData, func(e protocol.Event) { evs <- e })
 	select {
 	case <-evs:
 	case <-time.After(10 * time.Second):
@@ -850,8 +859,8 @@ func TestReviewTitleNeutralized(t *testing.T) {
 		"cost": map[string]any{"amount": 1, "currency": "USD\x1b]0;pwned\a\n\u202eFREE"}, "risk": "low", "undo": nil, "expires": exp}
 	raw, _ := json.Marshal(p)
 	hash, _ := grant.ProposalHash(raw)
-	evs := make(chan Event, 1)
-	go h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor(h.srv.Principal(), "p_t", hash, exp), raw, func(e Event) { evs <- e })
+	evs := make(chan protocol.Event, 1)
+	go h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor(h.srv.Principal(), "p_t", hash, exp), raw, func(e protocol.Event) { evs <- e })
 	select {
 	case <-evs:
 		v := h.srv.Pending()[0]
@@ -870,7 +879,7 @@ func TestReviewZeroPendingMeansNone(t *testing.T) {
 	}
 	h := newHarness(t, func(c *Config, o *Options) { o.Policy = pol })
 	_, err = h.client().Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Can("mail.read")}, nil)
-	wantCode(t, err, CodeLimit)
+	wantCode(t, err, protocol.CodeLimit)
 	if p := h.srv.Pending(); len(p) != 0 {
 		t.Errorf("queued with pending = 0: %v", p)
 	}
@@ -884,10 +893,10 @@ func TestReviewReloadRemovesApprover(t *testing.T) {
 	}
 	cfg := *h.cfg
 	cfg.Access = Access{AgentUsers: []string{me(t)}}
-	h.srv.Reload(&cfg, nil)
+	h.srv.swap(&cfg, nil)
 	// The connection opened before the reload has lost its approver role.
 	_, err := human.Pending(ctxT(t))
-	wantCode(t, err, CodeForbidden)
+	wantCode(t, err, protocol.CodeForbidden)
 }
 
 func TestReviewConnectionsPerUser(t *testing.T) {
@@ -898,17 +907,17 @@ func TestReviewConnectionsPerUser(t *testing.T) {
 		}
 	}
 	_, err := h.client().Hello(ctxT(t))
-	wantCode(t, err, CodeLimit)
+	wantCode(t, err, protocol.CodeLimit)
 }
 
 func TestReviewConsentWithoutPrincipal(t *testing.T) {
 	h := newHarness(t)
 	exp := time.Now().Unix() + 600
 	prop, hash := proposalFor(t, "p_1", 100, exp)
-	_, err := h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor("", "p_1", hash, exp), prop, func(e Event) {
+	_, err := h.client().Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor("", "p_1", hash, exp), prop, func(e protocol.Event) {
 		t.Error("a consent for no principal reached the human")
 	})
-	wantCode(t, err, CodeConflict)
+	wantCode(t, err, protocol.CodeConflict)
 }
 
 func TestReviewAuditRecordBounded(t *testing.T) {
@@ -919,9 +928,9 @@ func TestReviewAuditRecordBounded(t *testing.T) {
 	json.Unmarshal(consentFor(h.srv.Principal(), "p_1", hash, exp), &c)
 	c["consent"].(map[string]any)["summary"] = strings.Repeat("spam ", 180_000)
 	big, _ := json.Marshal(c)
-	cl, _ := Dial(h.sock)
-	evs := make(chan Event, 1)
-	go cl.Consent(ctxT(t), newAgentKey(t), "shop.example", big, prop, func(e Event) { evs <- e })
+	cl, _ := client.Dial(h.sock)
+	evs := make(chan protocol.Event, 1)
+	go cl.Consent(ctxT(t), newAgentKey(t), "shop.example", big, prop, func(e protocol.Event) { evs <- e })
 	<-evs
 	cl.Close() // withdraws: the record is written then
 	waitFor(t, "the withdrawal record", func() bool {

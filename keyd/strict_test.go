@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
@@ -52,12 +53,12 @@ func TestReviewCaseVariantProposal(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := h.client()
-	evs := make(chan Event, 1)
+	evs := make(chan protocol.Event, 1)
 	errc := make(chan error, 1)
-	resc := make(chan *GrantResult, 1)
+	resc := make(chan *protocol.GrantResult, 1)
 	go func() {
 		r, err := c.Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor(h.srv.Principal(), "p_1", hash, exp),
-			json.RawMessage(prop), func(e Event) { evs <- e })
+			json.RawMessage(prop), func(e protocol.Event) { evs <- e })
 		resc <- r
 		errc <- err
 	}()
@@ -69,7 +70,7 @@ func TestReviewCaseVariantProposal(t *testing.T) {
 		t.Fatalf("the proposal reached the human: title %q, strong %v; approved: %v, then: %v\n%s",
 			v.Title, v.Strong, approveErr, <-errc, v.Text)
 	case err := <-errc:
-		wantCode(t, err, CodeInvalidParams)
+		wantCode(t, err, protocol.CodeInvalidParams)
 		if !strings.Contains(err.Error(), `"Cost"`) || !strings.Contains(err.Error(), `"cost"`) {
 			t.Errorf("error %v does not name the field", err)
 		}
@@ -100,13 +101,13 @@ func TestStrictFrames(t *testing.T) {
 	consent := string(consentFor(principal, "p_1", hash, exp))
 	// grantFrame signs a GRANT whose body is the given text as sent.
 	grantFrame := func(id, body string) string {
-		digest, err := GrantDigest([]byte(body))
+		digest, err := protocol.GrantDigest([]byte(body))
 		if err != nil {
 			// The body is not canonicalizable (a duplicate name): a
 			// proof over anything will do, the daemon must refuse first.
 			digest = "x"
 		}
-		p, err := grant.MakeProof(agent, principal, ProofVerbGrant, digest, time.Now().Unix())
+		p, err := grant.MakeProof(agent, principal, protocol.ProofVerbGrant, digest, time.Now().Unix())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +115,7 @@ func TestStrictFrames(t *testing.T) {
 		return `{"parley":1,"id":"` + id + `","verb":"GRANT","grant":` + body + `,"proof":` + string(pb) + "}\n"
 	}
 	consentFrame := func(id, consent, proposal string) string {
-		p, err := grant.MakeProof(agent, principal, ProofVerbConsent, hash, time.Now().Unix())
+		p, err := grant.MakeProof(agent, principal, protocol.ProofVerbConsent, hash, time.Now().Unix())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,40 +129,40 @@ func TestStrictFrames(t *testing.T) {
 	dupCost := strings.Replace(string(prop), `"cost":`, `"cost":null,"cost":`, 1)
 	cases := []struct {
 		name, send string
-		code       Code
+		code       protocol.Code
 		re         string
 		mention    []string
 	}{
-		{"fail/frame-verb-case", `{"parley":1,"id":"a","Verb":"HELLO"}` + "\n", CodeBadFrame, "", []string{`"Verb"`, `"verb"`}},
-		{"fail/frame-id-case", `{"parley":1,"ID":"b","verb":"HELLO"}` + "\n", CodeBadFrame, "", []string{`"ID"`, `"id"`}},
+		{"fail/frame-verb-case", `{"parley":1,"id":"a","Verb":"HELLO"}` + "\n", protocol.CodeBadFrame, "", []string{`"Verb"`, `"verb"`}},
+		{"fail/frame-id-case", `{"parley":1,"ID":"b","verb":"HELLO"}` + "\n", protocol.CodeBadFrame, "", []string{`"ID"`, `"id"`}},
 		// A lenient decoder runs the last "verb": a GRANT that an earlier
 		// reader took for a HELLO.
-		{"fail/frame-verb-smuggled", `{"parley":1,"id":"c","verb":"HELLO","VERB":"GRANT"}` + "\n", CodeBadFrame, "", []string{`"VERB"`}},
-		{"fail/frame-verb-twice", `{"parley":1,"id":"d","verb":"HELLO","verb":"GRANT"}` + "\n", CodeBadFrame, "", []string{`duplicate`, `"verb"`}},
-		{"fail/frame-bad-utf8", "{\"parley\":1,\"id\":\"e\",\"verb\":\"HELLO\",\"pad\":\"\xff\"}\n", CodeBadFrame, "", []string{"UTF-8"}},
-		{"fail/frame-trailing", `{"parley":1,"id":"f","verb":"HELLO"} {"x":1}` + "\n", CodeBadFrame, "", []string{"after"}},
-		{"fail/grant-holder-twice", grantFrame("g", `{"holder":"`+holder+`","holder":"`+holder+`","caveats":[]}`), CodeBadFrame, "", []string{"duplicate", `"holder"`}},
-		{"fail/grant-holder-case", grantFrame("h", `{"Holder":"`+holder+`","caveats":[]}`), CodeInvalidParams, "h", []string{`"Holder"`, `"holder"`}},
-		{"fail/grant-caveat-case", grantFrame("i", `{"holder":"`+holder+`","caveats":[{"Can":["calendar.*"]}]}`), CodeInvalidParams, "i", []string{`"Can"`, `"can"`}},
-		{"fail/grant-unknown-field", grantFrame("j", calBody(`,"admin":true`)), CodeInvalidParams, "j", []string{`"admin"`}},
-		{"fail/consent-hash-case", consentFrame("k", strings.Replace(consent, `"hash":`, `"Hash":`, 1), string(prop)), CodeInvalidParams, "k", []string{`"Hash"`, `"hash"`}},
-		{"fail/consent-frame-case", consentFrame("l", strings.Replace(consent, `"consent":`, `"Consent":`, 1), string(prop)), CodeInvalidParams, "l", []string{`"Consent"`}},
-		{"fail/proposal-cost-twice", consentFrame("m", consent, dupCost), CodeBadFrame, "", []string{"duplicate", `"cost"`}},
-		{"fail/proposals-frame-case", consentFrame("n", consent, `{"kind":"PROPOSALS","Proposals":[`+string(prop)+`]}`), CodeInvalidParams, "n", []string{`"Proposals"`}},
+		{"fail/frame-verb-smuggled", `{"parley":1,"id":"c","verb":"HELLO","VERB":"GRANT"}` + "\n", protocol.CodeBadFrame, "", []string{`"VERB"`}},
+		{"fail/frame-verb-twice", `{"parley":1,"id":"d","verb":"HELLO","verb":"GRANT"}` + "\n", protocol.CodeBadFrame, "", []string{`duplicate`, `"verb"`}},
+		{"fail/frame-bad-utf8", "{\"parley\":1,\"id\":\"e\",\"verb\":\"HELLO\",\"pad\":\"\xff\"}\n", protocol.CodeBadFrame, "", []string{"UTF-8"}},
+		{"fail/frame-trailing", `{"parley":1,"id":"f","verb":"HELLO"} {"x":1}` + "\n", protocol.CodeBadFrame, "", []string{"after"}},
+		{"fail/grant-holder-twice", grantFrame("g", `{"holder":"`+holder+`","holder":"`+holder+`","caveats":[]}`), protocol.CodeBadFrame, "", []string{"duplicate", `"holder"`}},
+		{"fail/grant-holder-case", grantFrame("h", `{"Holder":"`+holder+`","caveats":[]}`), protocol.CodeInvalidParams, "h", []string{`"Holder"`, `"holder"`}},
+		{"fail/grant-caveat-case", grantFrame("i", `{"holder":"`+holder+`","caveats":[{"Can":["calendar.*"]}]}`), protocol.CodeInvalidParams, "i", []string{`"Can"`, `"can"`}},
+		{"fail/grant-unknown-field", grantFrame("j", calBody(`,"admin":true`)), protocol.CodeInvalidParams, "j", []string{`"admin"`}},
+		{"fail/consent-hash-case", consentFrame("k", strings.Replace(consent, `"hash":`, `"Hash":`, 1), string(prop)), protocol.CodeInvalidParams, "k", []string{`"Hash"`, `"hash"`}},
+		{"fail/consent-frame-case", consentFrame("l", strings.Replace(consent, `"consent":`, `"Consent":`, 1), string(prop)), protocol.CodeInvalidParams, "l", []string{`"Consent"`}},
+		{"fail/proposal-cost-twice", consentFrame("m", consent, dupCost), protocol.CodeBadFrame, "", []string{"duplicate", `"cost"`}},
+		{"fail/proposals-frame-case", consentFrame("n", consent, `{"kind":"PROPOSALS","Proposals":[`+string(prop)+`]}`), protocol.CodeInvalidParams, "n", []string{`"Proposals"`}},
 	}
 	r := h.raw()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r.send(tc.send)
 			f := r.read()
-			for f.Kind == KindEvent {
+			for f.Kind == protocol.KindEvent {
 				t.Errorf("queued for the human: %+v", f)
 				for _, v := range h.srv.Pending() {
-					h.srv.Decide(v.ID, false, "", Approval{Approver: "test", Channel: "terminal"})
+					h.srv.queue.decide(v.ID, false, "", Approval{Approver: "test", Channel: "terminal"})
 				}
 				f = r.read()
 			}
-			if f.Kind != KindError || f.Code != tc.code || f.Re != tc.re {
+			if f.Kind != protocol.KindError || f.Code != tc.code || f.Re != tc.re {
 				t.Errorf("reply = %+v, want ERROR %s re %q", f, tc.code, tc.re)
 			}
 			for _, m := range tc.mention {
@@ -170,7 +171,7 @@ func TestStrictFrames(t *testing.T) {
 				}
 			}
 			r.send(`{"parley":1,"id":"ok-` + tc.name + `","verb":"HELLO"}` + "\n")
-			if f := r.read(); f.Kind != KindBrief || f.Re != "ok-"+tc.name {
+			if f := r.read(); f.Kind != protocol.KindBrief || f.Re != "ok-"+tc.name {
 				t.Errorf("after the bad frame: %+v", f)
 			}
 		})

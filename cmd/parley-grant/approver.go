@@ -7,10 +7,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/parley-keyd/parley-keyd/notify/desktop"
 
-	"github.com/parley-keyd/parley-keyd/keyd"
-	"github.com/parley-keyd/parley-keyd/notify"
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
+	"github.com/spf13/cobra"
 )
 
 func newApproverCmd() *cobra.Command {
@@ -43,7 +45,7 @@ func approverLogf(format string, args ...any) {
 }
 
 func runApprover(ctx context.Context) error {
-	desk, err := notify.DialDesktop("")
+	desk, err := desktop.Dial("")
 	if err != nil {
 		return fail(err, "run it inside your desktop session, where DBUS_SESSION_BUS_ADDRESS is set and a notification server runs")
 	}
@@ -55,13 +57,13 @@ func runApprover(ctx context.Context) error {
 	}
 	defer os.RemoveAll(qrDir)
 
-	path := keyd.SocketPath(socketFlag)
+	path := protocol.SocketPath(socketFlag)
 	backoff := time.Second
 	waiting := false // said that the daemon is not running
 	for {
-		c, err := keyd.Dial(path)
+		c, err := client.Dial(path)
 		if err != nil {
-			if !errors.Is(err, keyd.ErrNotRunning) {
+			if !errors.Is(err, client.ErrNotRunning) {
 				return dialDaemonError(err)
 			}
 			// The daemon may start after the session, or be
@@ -106,7 +108,7 @@ func runApprover(ctx context.Context) error {
 // watchOnce shows requests from one connection to the daemon until it ends.
 // It returns nil when the daemon went away (reconnect) and an error when
 // approving from here cannot work (stop).
-func watchOnce(ctx context.Context, c *keyd.Client, desk *notify.Desktop, qrDir string) error {
+func watchOnce(ctx context.Context, c *client.Client, desk *desktop.Desktop, qrDir string) error {
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	man, err := c.Hello(hctx)
 	cancel()
@@ -116,7 +118,7 @@ func watchOnce(ctx context.Context, c *keyd.Client, desk *notify.Desktop, qrDir 
 	if man.Caller.Weak {
 		approverLogf("approvals from user %s are weak: an agent may run as this user too, so requests that need a strong channel are not shown here", man.Caller.User)
 	}
-	a := notify.NewApprover(c, desk, notify.ApproverOptions{Weak: man.Caller.Weak, QRDir: qrDir, Logf: approverLogf})
+	a := desktop.NewApprover(c, desk, desktop.ApproverOptions{Weak: man.Caller.Weak, QRDir: qrDir, Logf: approverLogf})
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	runErr := make(chan error, 1)
@@ -124,7 +126,7 @@ func watchOnce(ctx context.Context, c *keyd.Client, desk *notify.Desktop, qrDir 
 		runErr <- a.Run(runCtx)
 		stop() // the session bus went away: stop watching too
 	}()
-	approverLogf("showing requests for user %s from %s", man.Caller.User, keyd.SocketPath(socketFlag))
+	approverLogf("showing requests for user %s from %s", man.Caller.User, protocol.SocketPath(socketFlag))
 	werr := c.Watch(runCtx, a.Pending, a.Ended)
 	stop()
 	if rerr := <-runErr; rerr != nil && !errors.Is(rerr, context.Canceled) {
@@ -139,8 +141,8 @@ func watchOnce(ctx context.Context, c *keyd.Client, desk *notify.Desktop, qrDir 
 // fatalDaemonError returns err when the daemon refused this user (no point
 // in reconnecting), or nil for a lost connection (reconnect).
 func fatalDaemonError(err error) error {
-	var e *keyd.Error
-	if errors.As(err, &e) && (e.Code == keyd.CodeUnauthorized || e.Code == keyd.CodeForbidden) {
+	var e *protocol.Error
+	if errors.As(err, &e) && (e.Code == protocol.CodeUnauthorized || e.Code == protocol.CodeForbidden) {
 		ee := daemonError(err).(*exitError)
 		if ee.hint == "" {
 			ee.hint = "an admin adds your user to access.approver_users in the daemon's configuration"
@@ -152,7 +154,7 @@ func fatalDaemonError(err error) error {
 
 // dialDaemonError explains a connection failure other than "not running".
 func dialDaemonError(err error) error {
-	if errors.Is(err, keyd.ErrPermission) {
+	if errors.Is(err, client.ErrPermission) {
 		return &exitError{code: exitNoDaemon, err: err,
 			hint: "an admin adds you to the socket's group or to access.approver_users"}
 	}

@@ -13,8 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
 )
 
@@ -25,7 +27,7 @@ var socketFlag string
 // addDaemonCommands adds the commands that talk to parley-keyd: the agent's
 // (issue, consent, explain, status) and the human's (pending, approve, deny).
 func addDaemonCommands(root *cobra.Command) {
-	root.PersistentFlags().StringVar(&socketFlag, "socket", "", "parley-keyd socket (default $"+keyd.SocketEnv+", else "+keyd.DefaultSocket+")")
+	root.PersistentFlags().StringVar(&socketFlag, "socket", "", "parley-keyd socket (default $"+protocol.SocketEnv+", else "+protocol.DefaultSocket+")")
 	root.AddCommand(newIssueCmd(), newConsentCmd(), newExplainCmd(), newStatusCmd(),
 		newPendingCmd(), newApproveCmd(), newDenyCmd())
 	root.AddCommand(newApproverCmd())
@@ -34,16 +36,16 @@ func addDaemonCommands(root *cobra.Command) {
 
 // dialDaemon connects to the daemon, turning the usual failures into a
 // message that names the one command that fixes them.
-func dialDaemon() (*keyd.Client, error) {
-	path := keyd.SocketPath(socketFlag)
-	c, err := keyd.Dial(path)
+func dialDaemon() (*client.Client, error) {
+	path := protocol.SocketPath(socketFlag)
+	c, err := client.Dial(path)
 	switch {
 	case err == nil:
 		return c, nil
-	case errors.Is(err, keyd.ErrNotRunning):
+	case errors.Is(err, client.ErrNotRunning):
 		return nil, &exitError{code: exitNoDaemon, err: err,
-			hint: "start it with: sudo systemctl start parley-keyd.socket (without systemd: parley-keyd serve); or point --socket or " + keyd.SocketEnv + " at it"}
-	case errors.Is(err, keyd.ErrPermission):
+			hint: "start it with: sudo systemctl start parley-keyd.socket (without systemd: parley-keyd serve); or point --socket or " + protocol.SocketEnv + " at it"}
+	case errors.Is(err, client.ErrPermission):
 		return nil, &exitError{code: exitNoDaemon, err: err, hint: permissionHint(path)}
 	}
 	return nil, &exitError{code: exitNoDaemon, err: fmt.Errorf("cannot reach parley-keyd at %s: %w", path, err)}
@@ -92,7 +94,7 @@ func permissionHint(path string) string {
 
 // daemonError maps the daemon's refusal codes to exit codes and hints.
 func daemonError(err error) error {
-	var e *keyd.Error
+	var e *protocol.Error
 	if !errors.As(err, &e) {
 		if errors.Is(err, context.Canceled) {
 			return &exitError{code: exitFail, err: errors.New("interrupted; the request was withdrawn")}
@@ -101,9 +103,9 @@ func daemonError(err error) error {
 	}
 	ee := &exitError{code: exitFail, err: errors.New(e.Message), hint: e.Fix}
 	switch e.Code {
-	case keyd.CodeUnauthorized:
+	case protocol.CodeUnauthorized:
 		ee.code = exitUnauthorized
-	case keyd.CodeForbidden:
+	case protocol.CodeForbidden:
 		ee.code = exitForbidden
 		switch {
 		case e.Rule != "" && strings.Contains(e.Message, strconv.Quote(e.Rule)):
@@ -114,16 +116,16 @@ func daemonError(err error) error {
 		default:
 			ee.err = fmt.Errorf("refused: %s", e.Message)
 		}
-	case keyd.CodeDenied:
+	case protocol.CodeDenied:
 		ee.code = exitDenied
 		if ee.hint == "" {
 			ee.hint = "the human said no; ask for less, or talk to them first"
 		}
-	case keyd.CodeTimeout:
+	case protocol.CodeTimeout:
 		ee.code = exitTimeout
 		ee.err = fmt.Errorf("approval timed out: %s", e.Message)
 		ee.hint = "ask again, and have the human run: parley-grant pending, then parley-grant approve ID"
-	case keyd.CodeLimit:
+	case protocol.CodeLimit:
 		ee.code = exitRateLimited
 		if e.Retry > 0 && ee.hint == "" {
 			ee.hint = fmt.Sprintf("try again in %d s", e.Retry)
@@ -139,7 +141,7 @@ func interruptible() (context.Context, context.CancelFunc) {
 }
 
 // showWaiting prints the match code while a request waits for a human.
-func showWaiting(e keyd.Event) {
+func showWaiting(e protocol.Event) {
 	strong := ""
 	if e.Strong {
 		strong = " (a strong channel is required)"
@@ -150,7 +152,7 @@ func showWaiting(e keyd.Event) {
 
 // agentRequest is the common start of issue and explain: the agent key, the
 // caveats the flags ask for, and a connection to the daemon.
-func agentRequest(cf *caveatFlags, keyPath, command string) (ed25519.PrivateKey, []grant.Caveat, *keyd.Client, error) {
+func agentRequest(cf *caveatFlags, keyPath, command string) (ed25519.PrivateKey, []grant.Caveat, *client.Client, error) {
 	key, err := loadAgentKey(keyPath)
 	if err != nil {
 		return nil, nil, nil, err

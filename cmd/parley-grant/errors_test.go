@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd"
 )
@@ -156,7 +158,7 @@ func TestErrorSocketPermission(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := testpeer.RunAs(agentUID, agentGID, nil, bin, "status")
-			cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", keyd.SocketEnv + "=" + sock}
+			cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", protocol.SocketEnv + "=" + sock}
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
 			err := cmd.Run()

@@ -3,8 +3,9 @@ package main
 import (
 	"errors"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/internal/clidocs"
-	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
 )
 
@@ -21,7 +22,7 @@ func newGendocsCmd() *cobra.Command {
 			if dir == "" {
 				return usage(errors.New("--dir is required"), "")
 			}
-			if err := clidocs.Write(cmd.Root(), dir, "1", "parley-keyd "+keyd.DaemonVersion); err != nil {
+			if err := clidocs.Write(cmd.Root(), dir, "1", "parley-keyd "+protocol.DaemonVersion); err != nil {
 				return fail(err, "")
 			}
 			return nil

@@ -2,12 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -22,12 +20,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/keyfile"
+	"github.com/parley-keyd/parley-keyd/internal/testdaemon"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/internal/testservice"
 	"github.com/parley-keyd/parley-keyd/keyd"
-	"github.com/parley-keyd/parley-keyd/policies"
 	"golang.org/x/sys/unix"
 )
 
@@ -86,17 +86,17 @@ type testDaemon struct {
 	t    *testing.T
 	dir  string
 	sock string
-	srv  *keyd.Server
+	srv  *keyd.Daemon
 	seen *seenRequests
 }
 
 // seenRequests records every request a human channel was shown.
 type seenRequests struct {
 	mu    sync.Mutex
-	views []keyd.PendingView
+	views []protocol.PendingView
 }
 
-func (s *seenRequests) Pending(v keyd.PendingView) {
+func (s *seenRequests) Pending(v protocol.PendingView) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.views = append(s.views, v)
@@ -104,7 +104,7 @@ func (s *seenRequests) Pending(v keyd.PendingView) {
 
 func (s *seenRequests) Ended(string, string) {}
 
-func (s *seenRequests) list() []keyd.PendingView {
+func (s *seenRequests) list() []protocol.PendingView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.views)
@@ -128,35 +128,8 @@ func startDaemon(t *testing.T, policy string, edit func(*keyd.Config)) *testDaem
 		edit(cfg)
 		d.sock = cfg.Socket
 	}
-	pol, err := policies.Parse([]byte(policy), "policy.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	audit, err := keyd.OpenAudit(filepath.Join(dir, "audit.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	principal := newTestKey(t)
-	d.srv, err = keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: principal, Audit: audit, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d.srv = testdaemon.Start(t, cfg, policy, dir)
 	d.srv.Subscribe(d.seen)
-	ln, err := net.Listen("unix", d.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- d.srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := d.srv.Shutdown(ctx); err != nil {
-			t.Errorf("daemon shutdown: %v", err)
-		}
-		<-served
-		audit.Close()
-	})
 	return d
 }
 
@@ -187,7 +160,7 @@ func pubOf(k ed25519.PrivateKey) string { return grant.FormatPublicKey(k.Public(
 func cliEnv(t *testing.T, sock, keyPath string) []string {
 	home := t.TempDir()
 	return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "USER=tester",
-		keyd.SocketEnv + "=" + sock, agentKeyEnv + "=" + keyPath}
+		protocol.SocketEnv + "=" + sock, agentKeyEnv + "=" + keyPath}
 }
 
 type cliResult struct {

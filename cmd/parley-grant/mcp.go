@@ -11,9 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
 )
 
@@ -86,7 +88,7 @@ type mcpTools struct {
 // key from keyPath as loadAgentKey does.
 func newMCPServer(keyPath string) *mcp.Server {
 	t := &mcpTools{keyPath: keyPath}
-	s := mcp.NewServer(&mcp.Implementation{Name: "parley-keyd", Title: "parley-keyd grants", Version: keyd.DaemonVersion},
+	s := mcp.NewServer(&mcp.Implementation{Name: "parley-keyd", Title: "parley-keyd grants", Version: protocol.DaemonVersion},
 		&mcp.ServerOptions{Instructions: mcpInstructions})
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: new(false)}
 	asks := &mcp.ToolAnnotations{DestructiveHint: new(false), OpenWorldHint: new(false)}
@@ -146,7 +148,7 @@ func codeEveryToolError(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		var te *toolError
 		if tc, ok := r.Content[0].(*mcp.TextContent); ok && !errors.As(r.GetError(), &te) {
-			tc.Text = string(keyd.CodeInvalidParams) + ": " + tc.Text
+			tc.Text = string(protocol.CodeInvalidParams) + ": " + tc.Text
 		}
 		return res, err
 	}
@@ -212,7 +214,7 @@ func forModel(s string) string {
 }
 
 func toolErrorOf(err error) *toolError {
-	var ke *keyd.Error
+	var ke *protocol.Error
 	if errors.As(err, &ke) {
 		e := &toolError{Code: string(ke.Code), Message: ke.Message, Rule: ke.Rule, Fix: ke.Fix}
 		var ee *exitError
@@ -222,14 +224,14 @@ func toolErrorOf(err error) *toolError {
 		}
 		return e
 	}
-	e := &toolError{Code: string(keyd.CodeInvalidParams), Message: err.Error()}
+	e := &toolError{Code: string(protocol.CodeInvalidParams), Message: err.Error()}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		e.Message, e.Fix = ee.err.Error(), ee.hint
 		if ee.code == exitNoDaemon {
-			e.Code = string(keyd.CodeUnavailable)
-			if errors.Is(err, keyd.ErrPermission) {
-				e.Code = string(keyd.CodeUnauthorized)
+			e.Code = string(protocol.CodeUnavailable)
+			if errors.Is(err, client.ErrPermission) {
+				e.Code = string(protocol.CodeUnauthorized)
 			}
 		}
 	}
@@ -292,11 +294,11 @@ type waiter struct {
 	ctx  context.Context
 	req  *mcp.CallToolRequest
 	mu   sync.Mutex
-	ev   *keyd.Event
+	ev   *protocol.Event
 	step float64
 }
 
-func (w *waiter) event(e keyd.Event) {
+func (w *waiter) event(e protocol.Event) {
 	w.mu.Lock()
 	w.ev = &e
 	w.mu.Unlock()
@@ -344,7 +346,7 @@ const notifyTimeout = 2 * time.Second
 
 // run calls fn with the event callback, repeating the match code every
 // progressEvery until fn returns.
-func (w *waiter) run(fn func(events func(keyd.Event)) (*keyd.GrantResult, error)) (*keyd.GrantResult, error) {
+func (w *waiter) run(fn func(events func(protocol.Event)) (*protocol.GrantResult, error)) (*protocol.GrantResult, error) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -385,7 +387,7 @@ type grantOutput struct {
 	MatchCode string   `json:"match_code,omitempty" jsonschema:"the code the human confirmed, when a human approved"`
 }
 
-func newGrantOutput(res *keyd.GrantResult, w *waiter) grantOutput {
+func newGrantOutput(res *protocol.GrantResult, w *waiter) grantOutput {
 	_, code := w.match()
 	return grantOutput{Token: res.Token, GrantID: res.GrantID, Expires: res.Expires,
 		ExpiresAt: time.Unix(res.Expires, 0).UTC().Format(time.RFC3339), Caveats: caveatList(res.Caveats),
@@ -415,7 +417,7 @@ func withWait(err error, w *waiter) error {
 	return err
 }
 
-func (t *mcpTools) dial() (*keyd.Client, error) {
+func (t *mcpTools) dial() (*client.Client, error) {
 	c, err := dialDaemon()
 	if err != nil {
 		return nil, toToolError(err)
@@ -452,7 +454,7 @@ func (t *mcpTools) status(ctx context.Context, req *mcp.CallToolRequest, _ statu
 	if err != nil {
 		return nil, out, toToolError(err)
 	}
-	out = statusOutput{Socket: keyd.SocketPath(socketFlag), DaemonVersion: m.Version, Principal: m.Principal,
+	out = statusOutput{Socket: protocol.SocketPath(socketFlag), DaemonVersion: m.Version, Principal: m.Principal,
 		User: m.Caller.User, UID: m.Caller.UID, Roles: m.Caller.Roles, Agent: m.Caller.Agent, Channels: m.Channels,
 		ApprovalTimeout: m.Limits.ApprovalTimeout, MaxPending: m.Limits.MaxPending, May: m.May}
 	if key, err := loadAgentKey(t.keyPath); err != nil {
@@ -482,7 +484,7 @@ type grantArgs struct {
 
 // agentRequest is the common start of parley_request_grant and
 // parley_explain: the agent key, the caveats asked for, and a connection.
-func (t *mcpTools) agentRequest(in grantArgs) (ed25519.PrivateKey, []grant.Caveat, *keyd.Client, error) {
+func (t *mcpTools) agentRequest(in grantArgs) (ed25519.PrivateKey, []grant.Caveat, *client.Client, error) {
 	key, err := loadAgentKey(t.keyPath)
 	if err != nil {
 		return nil, nil, nil, toToolError(err)
@@ -506,7 +508,7 @@ func (t *mcpTools) requestGrant(ctx context.Context, req *mcp.CallToolRequest, i
 	}
 	defer c.Close()
 	w := &waiter{ctx: ctx, req: req}
-	res, err := w.run(func(ev func(keyd.Event)) (*keyd.GrantResult, error) { return c.Grant(ctx, key, cavs, ev) })
+	res, err := w.run(func(ev func(protocol.Event)) (*protocol.GrantResult, error) { return c.Grant(ctx, key, cavs, ev) })
 	if err != nil {
 		return nil, out, withWait(err, w)
 	}
@@ -570,14 +572,14 @@ func rawArg(name string, v any) (json.RawMessage, error) {
 	} else {
 		var err error
 		if raw, err = json.Marshal(v); err != nil {
-			return nil, &toolError{Code: string(keyd.CodeInvalidParams), Message: name + " is not JSON"}
+			return nil, &toolError{Code: string(protocol.CodeInvalidParams), Message: name + " is not JSON"}
 		}
 	}
 	switch {
 	case len(raw) > maxJSONFile:
-		return nil, &toolError{Code: string(keyd.CodeInvalidParams), Message: name + " is larger than 1 MiB"}
+		return nil, &toolError{Code: string(protocol.CodeInvalidParams), Message: name + " is larger than 1 MiB"}
 	case !json.Valid(raw) || !strings.HasPrefix(strings.TrimSpace(string(raw)), "{"):
-		return nil, &toolError{Code: string(keyd.CodeInvalidParams), Message: name + " must be a JSON object, or a string holding one",
+		return nil, &toolError{Code: string(protocol.CodeInvalidParams), Message: name + " must be a JSON object, or a string holding one",
 			Fix: "pass the frame exactly as the service sent it"}
 	}
 	return raw, nil
@@ -586,7 +588,7 @@ func rawArg(name string, v any) (json.RawMessage, error) {
 func (t *mcpTools) requestConsent(ctx context.Context, req *mcp.CallToolRequest, in consentArgs) (*mcp.CallToolResult, grantOutput, error) {
 	var out grantOutput
 	if in.Service == "" {
-		return nil, out, &toolError{Code: string(keyd.CodeInvalidParams), Message: "service is required",
+		return nil, out, &toolError{Code: string(protocol.CodeInvalidParams), Message: "service is required",
 			Fix: "give the service id from its BRIEF (service.id); the consent object names it too"}
 	}
 	consent, err := rawArg("consent", in.Consent)
@@ -607,7 +609,7 @@ func (t *mcpTools) requestConsent(ctx context.Context, req *mcp.CallToolRequest,
 	}
 	defer c.Close()
 	w := &waiter{ctx: ctx, req: req}
-	res, err := w.run(func(ev func(keyd.Event)) (*keyd.GrantResult, error) {
+	res, err := w.run(func(ev func(protocol.Event)) (*protocol.GrantResult, error) {
 		return c.Consent(ctx, key, in.Service, consent, proposal, ev)
 	})
 	if err != nil {
@@ -637,7 +639,7 @@ type attenuateOutput struct {
 func (t *mcpTools) attenuate(ctx context.Context, req *mcp.CallToolRequest, in attenuateArgs) (*mcp.CallToolResult, attenuateOutput, error) {
 	var out attenuateOutput
 	bad := func(msg, fix string) error {
-		return &toolError{Code: string(keyd.CodeInvalidParams), Message: msg, Fix: fix}
+		return &toolError{Code: string(protocol.CodeInvalidParams), Message: msg, Fix: fix}
 	}
 	to, err := grant.ParsePublicKey(in.To)
 	if err != nil {
@@ -766,14 +768,14 @@ type proofOutput struct {
 func (t *mcpTools) proof(ctx context.Context, req *mcp.CallToolRequest, in proofArgs) (*mcp.CallToolResult, proofOutput, error) {
 	var out proofOutput
 	if in.Aud == "" || in.Target == "" {
-		return nil, out, &toolError{Code: string(keyd.CodeInvalidParams), Message: "aud and target are required"}
+		return nil, out, &toolError{Code: string(protocol.CodeInvalidParams), Message: "aud and target are required"}
 	}
 	verb, err := parseVerb(in.Verb)
 	if err != nil {
-		return nil, out, &toolError{Code: string(keyd.CodeInvalidParams), Message: "verb: " + err.Error()}
+		return nil, out, &toolError{Code: string(protocol.CodeInvalidParams), Message: "verb: " + err.Error()}
 	}
 	if verb == "COMMIT" && !isHash(in.Target) {
-		return nil, out, &toolError{Code: string(keyd.CodeInvalidParams), Message: fmt.Sprintf("for COMMIT the target is the proposal hash, and %q is not one", in.Target)}
+		return nil, out, &toolError{Code: string(protocol.CodeInvalidParams), Message: fmt.Sprintf("for COMMIT the target is the proposal hash, and %q is not one", in.Target)}
 	}
 	key, err := loadAgentKey(t.keyPath)
 	if err != nil {

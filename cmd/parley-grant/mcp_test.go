@@ -16,11 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/internal/testservice"
-	"github.com/parley-keyd/parley-keyd/keyd"
 )
 
 // mcpToolNames are the tools the MCP binding offers, and all of them: none
@@ -155,7 +157,7 @@ func toolErr(t *testing.T, res *mcp.CallToolResult, code string) string {
 
 func TestMCPTools(t *testing.T) {
 	d := startDaemon(t, journeyPolicy, nil)
-	t.Setenv(keyd.SocketEnv, d.sock)
+	t.Setenv(protocol.SocketEnv, d.sock)
 	keyPath, key := writeAgentKey(t, t.TempDir())
 	s := connectMCP(t, keyPath)
 
@@ -351,7 +353,7 @@ func approveFromMessages(t *testing.T, d *testDaemon, s *mcpSession, token strin
 	if !strings.Contains(s.messages(), "request "+id+" on terminal; match code "+code) {
 		t.Errorf("no log message with the code: %s", s.messages())
 	}
-	human, err := keyd.Dial(d.sock)
+	human, err := client.Dial(d.sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +388,7 @@ func TestMCPSetupErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(keyd.SocketEnv, tc.sock)
+			t.Setenv(protocol.SocketEnv, tc.sock)
 			s := connectMCP(t, tc.key)
 			text := toolErr(t, s.call(t, tc.tool, tc.args, nil), tc.code)
 			if !strings.Contains(text, "\nfix: ") || !strings.Contains(text, tc.fixWant) {
@@ -430,7 +432,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	// A consent_required from a real service, for the consent tool.
 	shopSrv := shop(t, "shop.example", d.srv.Principal())
 	agent := &testservice.Agent{URL: shopSrv.URL, Service: "shop.example", Key: key}
-	kc, err := keyd.Dial(d.sock)
+	kc, err := client.Dial(d.sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +464,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	human, err := keyd.Dial(d.sock)
+	human, err := client.Dial(d.sock)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
 )
 
@@ -36,7 +37,7 @@ func newPendingCmd() *cobra.Command {
 			}
 			if asJSON {
 				if list == nil {
-					list = []keyd.PendingView{}
+					list = []protocol.PendingView{}
 				}
 				return printJSON(list)
 			}
@@ -60,9 +61,9 @@ func newPendingCmd() *cobra.Command {
 
 // printPending shows one request. Its text was rendered and made safe for a
 // terminal by the daemon; nothing the agent wrote is printed raw.
-func printPending(v keyd.PendingView) { printPendingTo(os.Stdout, v) }
+func printPending(v protocol.PendingView) { printPendingTo(os.Stdout, v) }
 
-func printPendingTo(w io.Writer, v keyd.PendingView) {
+func printPendingTo(w io.Writer, v protocol.PendingView) {
 	// The daemon made these safe already; a terminal gets them through the
 	// same neutralizer once more, in case a daemon or proxy did not.
 	fmt.Fprintf(w, "%s — %s (approve before %s)\n", grant.SafeText(v.ID, 64), grant.SafeText(v.Title, 200), time.Unix(v.Expires, 0).Format("15:04:05"))

@@ -4,14 +4,15 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/notify"
 )
 
 // writePendingQR prints the phone link of the waiting request id as a QR code
 // and as text, for `parley-grant pending --qr ID`. A request that the phone
 // may not approve, or a daemon whose phone page is off, has no link.
-func writePendingQR(w io.Writer, list []keyd.PendingView, id string) error {
+func writePendingQR(w io.Writer, list []protocol.PendingView, id string) error {
 	for _, v := range list {
 		if v.ID != id {
 			continue

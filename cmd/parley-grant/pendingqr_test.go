@@ -6,13 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/notify"
 )
 
 func TestPendingQR(t *testing.T) {
 	link := "https://192.168.1.20:7450/r/r_abcdefgh"
-	list := []keyd.PendingView{
+	list := []protocol.PendingView{
 		{ID: "r_desk", Channels: []string{"desktop"}},
 		{ID: "r_abcdefgh", Channels: []string{"phone"}, Link: link},
 	}

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/spf13/cobra"
 )
 
@@ -40,8 +41,8 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
-func printStatus(m *keyd.Manifest) {
-	fmt.Printf("parley-keyd %s answers at %s\n", m.Version, keyd.SocketPath(socketFlag))
+func printStatus(m *protocol.Manifest) {
+	fmt.Printf("parley-keyd %s answers at %s\n", m.Version, protocol.SocketPath(socketFlag))
 	fmt.Printf("principal: %s\n", m.Principal)
 	who := fmt.Sprintf("you: %s (uid %d) as %s", m.Caller.User, m.Caller.UID, strings.Join(m.Caller.Roles, " and "))
 	if m.Caller.Agent != "" {
@@ -52,6 +53,20 @@ func printStatus(m *keyd.Manifest) {
 	}
 	fmt.Println(who)
 	fmt.Printf("approval channels: %s; approvals time out after %d s\n", strings.Join(m.Channels, ", "), m.Limits.ApprovalTimeout)
+	if k := m.Key; k != nil {
+		key := k.Backend + ": " + k.Key
+		if k.Version != "" {
+			key += ", version " + k.Version
+		}
+		switch {
+		case k.Answers && k.Problem == "":
+			fmt.Printf("principal key: %s; it answers\n", key)
+		case k.Answers:
+			fmt.Printf("principal key: %s; it answers, but: %s\n", key, k.Problem)
+		default:
+			fmt.Printf("principal key: %s; it does not answer (%s), so grants are refused as unavailable\n", key, k.Problem)
+		}
+	}
 	if m.May != nil {
 		b, _ := json.MarshalIndent(m.May, "  ", "  ")
 		fmt.Printf("what you may ask for:\n  %s\n", b)

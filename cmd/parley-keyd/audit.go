@@ -6,7 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/spf13/cobra"
 )
 
@@ -31,9 +32,9 @@ func newAuditCmd() *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			head, err := keyd.VerifyAuditChain(f)
+			head, err := audit.VerifyChain(f)
 			if err != nil {
-				var ae *keyd.AuditError
+				var ae *audit.Error
 				if errors.As(err, &ae) {
 					return &exitError{code: exitAudit, err: fmt.Errorf("%s: %w", f.Name(), err),
 						hint: "the log was altered at or just before that line; keep a copy for investigation"}
@@ -54,7 +55,7 @@ func newAuditCmd() *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			return keyd.ShowAudit(f, os.Stdout)
+			return audit.Show(f, os.Stdout)
 		},
 	}
 	cmd.AddCommand(verify, show)

@@ -16,6 +16,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
+	"github.com/parley-keyd/parley-keyd/keyd/keystore"
+
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/policies"
@@ -60,9 +67,9 @@ func runDemo(state string, yes bool) error {
 	if err != nil {
 		return err
 	}
-	pub, err := keyd.InitState(state, nil)
+	pub, err := keystore.Init(state, nil)
 	switch {
-	case errors.Is(err, keyd.ErrKeyExists), errors.Is(err, fs.ErrExist):
+	case errors.Is(err, keystore.ErrKeyExists), errors.Is(err, fs.ErrExist):
 		fmt.Printf("Reusing the demo state folder %s\n", state)
 	case err != nil:
 		return err
@@ -87,17 +94,12 @@ func runDemo(state string, yes bool) error {
 	if err != nil {
 		return err
 	}
-	signer, err := keyd.LoadKey(state, func() ([]byte, error) { return nil, errors.New("the demo key is not encrypted") })
+	signer, err := keystore.Load(state, func() ([]byte, error) { return nil, errors.New("the demo key is not encrypted") })
 	if err != nil {
 		return err
 	}
 	defer signer.Close()
-	audit, err := keyd.OpenAudit(filepath.Join(state, "audit.log"))
-	if err != nil {
-		return err
-	}
-	defer audit.Close()
-	srv, err := keyd.NewServer(keyd.Options{Config: cfg, Policy: pol, Signer: signer, Audit: audit})
+	d, err := keyd.New(keyd.Options{Config: cfg, Policy: pol, State: state, Signer: signer})
 	if err != nil {
 		return err
 	}
@@ -105,11 +107,12 @@ func runDemo(state string, yes bool) error {
 	if err != nil {
 		return err
 	}
-	go srv.Serve(ln)
+	runCtx, stopDaemon := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(runCtx, ln) }()
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
+		stopDaemon()
+		<-ran
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -121,7 +124,7 @@ func runDemo(state string, yes bool) error {
 	agentPub := grant.FormatPublicKey(agentKey.Public().(ed25519.PublicKey))
 
 	step(1, "The agent connects and asks what it may do", "parley-grant status")
-	agent, err := keyd.Dial(sock)
+	agent, err := client.Dial(sock)
 	if err != nil {
 		return err
 	}
@@ -142,24 +145,24 @@ func runDemo(state string, yes bool) error {
 	fmt.Printf("   issued by rule %q: grant %s, expires %s\n   token: %s\n", res.Rule, res.GrantID, time.Unix(res.Expires, 0).UTC().Format(time.RFC3339), shorten(res.Token))
 
 	step(3, "A grant that needs you: the agent waits, showing a match code", "parley-grant issue --can mail.read --exp 10m; then parley-grant approve ID")
-	events := make(chan keyd.Event, 1)
+	events := make(chan protocol.Event, 1)
 	type outcome struct {
-		res *keyd.GrantResult
+		res *protocol.GrantResult
 		err error
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		r, err := agent.Grant(ctx, agentKey, []grant.Caveat{grant.Can("mail.read"), grant.Exp(time.Now().Add(10 * time.Minute).Unix())}, func(e keyd.Event) { events <- e })
+		r, err := agent.Grant(ctx, agentKey, []grant.Caveat{grant.Can("mail.read"), grant.Exp(time.Now().Add(10 * time.Minute).Unix())}, func(e protocol.Event) { events <- e })
 		done <- outcome{r, err}
 	}()
-	var ev keyd.Event
+	var ev protocol.Event
 	select {
 	case ev = <-events:
 	case o := <-done:
 		return fmt.Errorf("the request ended before it waited for you: %v", o.err)
 	}
 	fmt.Printf("   [agent's terminal] waiting for approval of %s — match code %s\n", ev.Request, ev.Code)
-	human, err := keyd.Dial(sock)
+	human, err := client.Dial(sock)
 	if err != nil {
 		return err
 	}
@@ -223,7 +226,7 @@ func runDemo(state string, yes bool) error {
 		if c.verb == "COMMIT" {
 			vctx.Proposal = &grant.ProposalFacts{Hash: "demo", Risk: "low"}
 		}
-		_, err := grant.Verify([]string{c.token}, []string{srv.Principal()}, vctx)
+		_, err := grant.Verify([]string{c.token}, []string{d.Principal()}, vctx)
 		verdict := "authorized"
 		if err != nil {
 			verdict = "refused: " + err.Error()
@@ -240,11 +243,11 @@ func showAudit(state string) error {
 		return err
 	}
 	defer f.Close()
-	if err := keyd.ShowAudit(f, os.Stdout); err != nil {
+	if err := audit.Show(f, os.Stdout); err != nil {
 		return err
 	}
 	f.Seek(0, 0)
-	head, err := keyd.VerifyAuditChain(f)
+	head, err := audit.VerifyChain(f)
 	if err != nil {
 		return err
 	}

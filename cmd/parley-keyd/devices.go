@@ -7,7 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/notify"
+	"github.com/parley-keyd/parley-keyd/notify/phone"
+
 	"github.com/spf13/cobra"
 )
 
@@ -15,7 +16,7 @@ func newDevicesCmd() *cobra.Command {
 	var state string
 	var asJSON bool
 	list := func(cmd *cobra.Command, args []string) error {
-		devs, pairings, err := notify.OpenDevices(state).List(time.Now())
+		devs, pairings, err := phone.OpenDevices(state).List(time.Now())
 		if err != nil {
 			return err
 		}
@@ -75,8 +76,8 @@ the daemon need not restart. Pair a phone with: parley-keyd pair.`,
 		Short: "Revoke a paired phone",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := notify.OpenDevices(state).Revoke(args[0], time.Now())
-			if errors.Is(err, notify.ErrNoDevice) {
+			d, err := phone.OpenDevices(state).Revoke(args[0], time.Now())
+			if errors.Is(err, phone.ErrNoDevice) {
 				return withHint(err, "list them with: parley-keyd devices --state "+state)
 			}
 			if err != nil {
@@ -101,11 +102,11 @@ the daemon need not restart. Pair a phone with: parley-keyd pair.`,
 // confirmDevice finishes pairing nameOrID with code, or unpairs it on a
 // wrong code.
 func confirmDevice(cmd *cobra.Command, state, nameOrID, code string) error {
-	d, err := notify.OpenDevices(state).Confirm(nameOrID, code, time.Now())
+	d, err := phone.OpenDevices(state).Confirm(nameOrID, code, time.Now())
 	switch {
-	case errors.Is(err, notify.ErrCodeMismatch):
+	case errors.Is(err, phone.ErrCodeMismatch):
 		return withHint(err, "if that was not your phone, someone else used the link: pair again with a new one")
-	case errors.Is(err, notify.ErrNoDevice):
+	case errors.Is(err, phone.ErrNoDevice):
 		return withHint(err, "list them with: parley-keyd devices --state "+state)
 	case err != nil:
 		return err

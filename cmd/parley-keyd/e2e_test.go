@@ -17,9 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
+	"github.com/parley-keyd/parley-keyd/keyd/keystore"
+
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
-	"github.com/parley-keyd/parley-keyd/keyd"
 )
 
 // These tests run the real binaries as real OS users: the daemon as
@@ -205,7 +210,7 @@ func (e *e2e) as(who ids, want int, bin string, args ...string) result {
 
 func (e *e2e) try(who ids, bin string, args ...string) result {
 	cmd := testpeer.RunAs(who.uid, who.gid, nil, filepath.Join(e.bin, bin), args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "USER=x", keyd.SocketEnv + "=" + e.sock}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "USER=x", protocol.SocketEnv + "=" + e.sock}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -270,18 +275,18 @@ func (e *e2e) stop(sig syscall.Signal) error {
 	return nil
 }
 
-func (e *e2e) auditRecords() []keyd.AuditRecord {
+func (e *e2e) auditRecords() []audit.Record {
 	e.t.Helper()
 	f, err := os.Open(filepath.Join(e.state, "audit.log"))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer f.Close()
-	var out []keyd.AuditRecord
+	var out []audit.Record
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 4<<20)
 	for sc.Scan() {
-		var r keyd.AuditRecord
+		var r audit.Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			e.t.Fatalf("audit line %q: %v", sc.Text(), err)
 		}
@@ -345,7 +350,7 @@ func TestE2EApprovalByAnotherUser(t *testing.T) {
 	e.start()
 	// Exactly the command of the brief; the key comes from PARLEY_AGENT_KEY.
 	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--can", "calendar.*", "--exp", "1h")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", keyd.SocketEnv + "=" + e.sock, "PARLEY_AGENT_KEY=" + e.agentK}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock, "PARLEY_AGENT_KEY=" + e.agentK}
 	var out bytes.Buffer
 	errb := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = &out, errb
@@ -394,7 +399,7 @@ func TestE2EApprovalByAnotherUser(t *testing.T) {
 
 func TestE2EKeyPermissionsRefused(t *testing.T) {
 	e := newE2E(t)
-	key := filepath.Join(e.state, keyd.KeyFileName)
+	key := filepath.Join(e.state, keystore.KeyFileName)
 	cases := []struct {
 		name   string
 		break_ func()
@@ -527,7 +532,7 @@ func TestE2EReloadAndTerm(t *testing.T) {
 
 	// SIGTERM answers a waiting request before the daemon exits.
 	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--key", e.agentK, "--svc", "mail.example", "--can", "mail.read")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", keyd.SocketEnv + "=" + e.sock}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock}
 	errb := &syncBuffer{}
 	cmd.Stderr = errb
 	cmd.Start()

@@ -16,9 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
-	"github.com/parley-keyd/parley-keyd/keyd"
 )
 
 // These tests break the daemon while agents use it: kill -9 at random points
@@ -70,7 +74,7 @@ func TestFaultAgentHelper(t *testing.T) {
 	// refused prints a refusal and reports whether the daemon is still
 	// there to ask again.
 	refused := func(err error) bool {
-		var e *keyd.Error
+		var e *protocol.Error
 		if !errors.As(err, &e) {
 			return false
 		}
@@ -84,7 +88,7 @@ func TestFaultAgentHelper(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c, err := keyd.Dial(sock)
+				c, err := client.Dial(sock)
 				if err != nil {
 					return
 				}
@@ -103,7 +107,7 @@ func TestFaultAgentHelper(t *testing.T) {
 		wg.Wait()
 		os.Exit(0)
 	case "flood":
-		c, err := keyd.Dial(sock)
+		c, err := client.Dial(sock)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
@@ -113,7 +117,7 @@ func TestFaultAgentHelper(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				_, err := c.Grant(context.Background(), key, []grant.Caveat{grant.Can(fmt.Sprintf("mail.read%d", i))},
-					func(e keyd.Event) { say("waiting %s", e.Request) })
+					func(e protocol.Event) { say("waiting %s", e.Request) })
 				if err == nil {
 					say("grant")
 				} else {
@@ -293,9 +297,9 @@ func TestFaultKill9Repeated(t *testing.T) {
 	recovered := 0
 	for _, r := range e.auditRecords() {
 		switch r.Kind {
-		case keyd.AuditKindIssue:
+		case audit.KindIssue:
 			issued[r.GrantID] = true
-		case keyd.AuditKindRecovered:
+		case audit.KindRecovered:
 			recovered++
 		}
 	}
@@ -314,19 +318,19 @@ func TestFaultKill9Repeated(t *testing.T) {
 // auditAfter waits until the audit log holds a record for which first
 // returns true and then at least n request records (issue or deny), and
 // returns those.
-func (e *e2e) auditAfter(what string, first func(keyd.AuditRecord) bool, n int) []keyd.AuditRecord {
+func (e *e2e) auditAfter(what string, first func(audit.Record) bool, n int) []audit.Record {
 	e.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		recs := e.auditRecords()
-		var after []keyd.AuditRecord
+		var after []audit.Record
 		found := false
 		for _, r := range recs {
 			if !found {
 				found = first(r)
 				continue
 			}
-			if r.Kind == keyd.AuditKindIssue || r.Kind == keyd.AuditKindDeny {
+			if r.Kind == audit.KindIssue || r.Kind == audit.KindDeny {
 				after = append(after, r)
 			}
 		}
@@ -341,7 +345,7 @@ func (e *e2e) auditAfter(what string, first func(keyd.AuditRecord) bool, n int) 
 }
 
 // recString names a request record's kind, deciding rule and sequence number.
-func recString(r keyd.AuditRecord) string {
+func recString(r audit.Record) string {
 	rule := ""
 	if r.DecidedBy != nil {
 		rule = r.DecidedBy.Rule
@@ -364,11 +368,11 @@ func TestFaultReloadUnderLoad(t *testing.T) {
 
 	e.writeOwned(policyPath, "version = 1\n[[rule]]\nbogus = 1\n")
 	e.proc.Process.Signal(syscall.SIGHUP)
-	after := e.auditAfter("a refused reload and 100 requests after it", func(r keyd.AuditRecord) bool {
-		return r.Kind == keyd.AuditKindPolicyReload && r.Decision == "refused"
+	after := e.auditAfter("a refused reload and 100 requests after it", func(r audit.Record) bool {
+		return r.Kind == audit.KindPolicyReload && r.Decision == "refused"
 	}, 100)
 	for _, r := range after {
-		if r.Kind != keyd.AuditKindIssue || r.DecidedBy == nil || r.DecidedBy.Rule != "calendar-auto" {
+		if r.Kind != audit.KindIssue || r.DecidedBy == nil || r.DecidedBy.Rule != "calendar-auto" {
 			t.Fatalf("after an invalid policy: %s", recString(r))
 		}
 	}
@@ -383,11 +387,11 @@ svc = ["cal.example"]
 	e.writeOwned(policyPath, strings.Replace(e2ePolicy, "[[rule]]", closed+"\n[[rule]]", 1))
 	e.proc.Process.Signal(syscall.SIGHUP)
 	const inflight = 8 // one request per connection of the agent
-	after = e.auditAfter("a loaded reload and 100 requests after it", func(r keyd.AuditRecord) bool {
-		return r.Kind == keyd.AuditKindPolicyReload && r.Decision == "loaded"
+	after = e.auditAfter("a loaded reload and 100 requests after it", func(r audit.Record) bool {
+		return r.Kind == audit.KindPolicyReload && r.Decision == "loaded"
 	}, inflight+100)
 	for i, r := range after[inflight:] {
-		if r.Kind != keyd.AuditKindDeny || r.DecidedBy == nil || r.DecidedBy.Rule != "calendar-closed" {
+		if r.Kind != audit.KindDeny || r.DecidedBy == nil || r.DecidedBy.Rule != "calendar-closed" {
 			t.Fatalf("request %d after a valid reload: %s", inflight+i, recString(r))
 		}
 	}
@@ -490,7 +494,7 @@ pending = 3
 	// The other agent is served: by policy at once, and by the human.
 	e.as(e.agent, 0, "parley-grant", "issue", "--key", e.agentK, "--svc", "cal.example", "--can", "calendar.*", "--exp", "30m")
 	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--key", e.agentK, "--can", "mail.read")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", keyd.SocketEnv + "=" + e.sock}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock}
 	errb := &syncBuffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
@@ -524,7 +528,7 @@ pending = 3
 	for {
 		withdrawn := 0
 		for _, rec := range e.auditRecords() {
-			if rec.Kind == keyd.AuditKindWithdrawn && rec.Holder == floodPub {
+			if rec.Kind == audit.KindWithdrawn && rec.Holder == floodPub {
 				withdrawn++
 			}
 		}

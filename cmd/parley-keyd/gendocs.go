@@ -3,8 +3,9 @@ package main
 import (
 	"errors"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
 	"github.com/parley-keyd/parley-keyd/internal/clidocs"
-	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
 )
 
@@ -22,7 +23,7 @@ func newGendocsCmd() *cobra.Command {
 			if dir == "" {
 				return usageError{errors.New("--dir is required")}
 			}
-			return clidocs.Write(cmd.Root(), dir, "8", "parley-keyd "+keyd.DaemonVersion)
+			return clidocs.Write(cmd.Root(), dir, "8", "parley-keyd "+protocol.DaemonVersion)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "output folder (man/ and completion/ are created in it)")

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/notify/phone"
+
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/notify"
 	"github.com/spf13/cobra"
@@ -51,23 +53,23 @@ Run it as the daemon's user or as root.`,
 				return withHint(errors.New("the phone page is off"),
 					fmt.Sprintf("set listen = \"LAN-ADDRESS:7450\" under [phone] in %s, then restart the daemon", config))
 			}
-			hosts, err := notify.PhoneHosts(cfg.Phone.Listen, cfg.Phone.URL)
+			hosts, err := phone.Hosts(cfg.Phone.Listen, cfg.Phone.URL)
 			if err != nil {
 				return err
 			}
 			now := time.Now()
-			_, info, err := notify.EnsurePhoneCert(state, hosts, now)
+			_, info, err := phone.EnsureCert(state, hosts, now)
 			if err != nil {
 				return withHint(err, "run pair as the daemon's user or as root")
 			}
-			token, chosen, err := notify.OpenDevices(state).NewPairing(name, ttl, now)
+			token, chosen, err := phone.OpenDevices(state).NewPairing(name, ttl, now)
 			if err != nil {
-				if errors.Is(err, notify.ErrNameTaken) {
+				if errors.Is(err, phone.ErrNameTaken) {
 					return withHint(err, "choose another --name, or revoke the old phone: parley-keyd devices revoke "+name)
 				}
 				return err
 			}
-			link := notify.PairingLink(base, token)
+			link := phone.PairingLink(base, token)
 			out := cmd.OutOrStdout()
 			if err := notify.WriteTerminalQR(out, link); err != nil {
 				return err
@@ -91,7 +93,7 @@ Run it as the daemon's user or as root.`,
 	cmd.Flags().StringVar(&state, "state", defaultState(), "state folder (certificate, paired devices)")
 	cmd.Flags().StringVar(&config, "config", "", "configuration file (default STATE/config.toml)")
 	cmd.Flags().StringVar(&name, "name", "", "name of the phone (default phone-N)")
-	cmd.Flags().DurationVar(&ttl, "ttl", notify.DefaultPairingTTL, "how long the link works")
+	cmd.Flags().DurationVar(&ttl, "ttl", phone.DefaultPairingTTL, "how long the link works")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "do not wait for the phone; confirm later with devices confirm")
 	return cmd
 }
@@ -100,7 +102,7 @@ Run it as the daemon's user or as root.`,
 // for the code its page shows and confirms or unpairs it.
 func waitAndConfirm(cmd *cobra.Command, state, name string, until time.Time) error {
 	errw := cmd.ErrOrStderr()
-	devs := notify.OpenDevices(state)
+	devs := phone.OpenDevices(state)
 	fmt.Fprintln(errw, "parley-keyd: waiting for the phone to open the link…")
 	for {
 		list, _, err := devs.List(time.Now())

@@ -2,7 +2,7 @@ package main
 
 import (
 	"github.com/parley-keyd/parley-keyd/keyd"
-	"github.com/parley-keyd/parley-keyd/notify"
+	"github.com/parley-keyd/parley-keyd/notify/phone"
 )
 
 // startPhone starts the phone page when the configuration enables it
@@ -10,15 +10,19 @@ import (
 // start. The page reads paired devices from the state folder at every
 // request, so `parley-keyd pair` and `parley-keyd devices revoke` take
 // effect while it runs; a changed [phone] section needs a restart.
+//
+// The daemon is what the page approves through.
 func startPhone(srv *keyd.Server, cfg *keyd.Config, state string, logf func(string, ...any)) (stop func(), err error) {
 	base := cfg.PhoneURL()
 	if base == "" {
 		return func() {}, nil
 	}
-	p, err := notify.StartPhone(notify.PhoneOptions{Requests: srv, Listen: cfg.Phone.Listen, URL: base, State: state, Logf: logf})
+	p, err := phone.Start(phone.Options{Requests: srv, Listen: cfg.Phone.Listen, URL: base, State: state, Logf: logf})
 	if err != nil {
 		return nil, err
 	}
 	logf("phone page on %s (listening on %s); certificate SHA-256 %s", base, p.Addr(), p.Cert().Fingerprint)
 	return func() { p.Close() }, nil
 }
+
+var _ phone.Requests = (*keyd.Server)(nil)

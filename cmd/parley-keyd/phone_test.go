@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/notify/phone"
+
 	"github.com/parley-keyd/parley-keyd/notify"
 )
 
@@ -105,7 +107,7 @@ func TestCLIPhone(t *testing.T) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		InsecureSkipVerify: true, // replaced by the pin: the fingerprint pair printed
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			if got := notify.Fingerprint(cs.PeerCertificates[0].Raw); got != fp {
+			if got := phone.Fingerprint(cs.PeerCertificates[0].Raw); got != fp {
 				return errors.New("the page's certificate is not the one pair printed: " + got)
 			}
 			return nil
@@ -115,7 +117,7 @@ func TestCLIPhone(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "https://"+addr+path, nil)
 		if cred != "" {
-			req.AddCookie(&http.Cookie{Name: notify.DeviceCookie, Value: cred})
+			req.AddCookie(&http.Cookie{Name: phone.DeviceCookie, Value: cred})
 		}
 		deadline := time.Now().Add(15 * time.Second)
 		for {
@@ -145,7 +147,7 @@ func TestCLIPhone(t *testing.T) {
 		t.Errorf("pairing from loopback: %d, want 403", resp.StatusCode)
 	}
 	// The phone's side of pairing, through the store the daemon reads.
-	dev, cred, err := notify.OpenDevices(state).Pair(token, "192.0.2.9", time.Now())
+	dev, cred, err := phone.OpenDevices(state).Pair(token, "192.0.2.9", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +192,8 @@ func TestCLIPairWaitsForTheCode(t *testing.T) {
 		ok          bool
 	}{{"ok/right-code", "", true}, {"fail/wrong-code", "0000", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			phone := strings.ReplaceAll(tc.name, "/", "-")
-			cmd := exec.Command(filepath.Join(binaries(t), "parley-keyd"), "pair", "--state", state, "--name", phone)
+			device := strings.ReplaceAll(tc.name, "/", "-")
+			cmd := exec.Command(filepath.Join(binaries(t), "parley-keyd"), "pair", "--state", state, "--name", device)
 			stdin, _ := cmd.StdinPipe()
 			var out, errb syncBuffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
@@ -210,7 +212,7 @@ func TestCLIPairWaitsForTheCode(t *testing.T) {
 				}
 			}
 			// The phone's side, through the store the daemon writes.
-			dev, cred, err := notify.OpenDevices(state).Pair(token, "192.0.2.77", time.Now())
+			dev, cred, err := phone.OpenDevices(state).Pair(token, "192.0.2.77", time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,7 +231,7 @@ func TestCLIPairWaitsForTheCode(t *testing.T) {
 			}
 			io.WriteString(stdin, typed+"\n")
 			err = cmd.Wait()
-			_, ok, _ := notify.OpenDevices(state).Authenticate(cred)
+			_, ok, _ := phone.OpenDevices(state).Authenticate(cred)
 			if tc.ok && (err != nil || !ok) {
 				t.Errorf("pair with the right code: %v, authenticates %v\n%s", err, ok, errb.String())
 			}

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/keyd/client"
 )
 
 // benchPolicy issues calendar grants at once to any caller. The rate is the
@@ -113,7 +113,7 @@ func startDaemon(bin, state, sock string) (*daemon, time.Duration, error) {
 
 // helloOnce connects and completes one HELLO.
 func helloOnce(sock string) bool {
-	c, err := keyd.Dial(sock)
+	c, err := client.Dial(sock)
 	if err != nil {
 		return false
 	}

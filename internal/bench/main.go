@@ -41,8 +41,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/keyd"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,6 +62,7 @@ type options struct {
 	duration                                    time.Duration
 	verifyTime                                  string
 	verify                                      bool
+	signers                                     string
 }
 
 // Figures is everything one run measured; -json writes it.
@@ -93,6 +97,8 @@ type Figures struct {
 	// write and fsync during the throughput run: the records of one group
 	// commit share their time stamp.
 	AuditBatch float64
+	// Signers are the GRANT figures through each key backend (-signers).
+	Signers []signerRow `json:",omitempty"`
 }
 
 func run() error {
@@ -110,6 +116,7 @@ func run() error {
 	flag.IntVar(&o.conns, "conns", 1000, "idle connections for the memory figure")
 	flag.StringVar(&o.verifyTime, "verify-benchtime", "1s", "-benchtime of grant's verification benchmarks")
 	flag.BoolVar(&o.verify, "verify", true, "run grant's verification benchmarks")
+	flag.StringVar(&o.signers, "signers", "", `key backends too: "also" after the main figures, "only" for them alone (needs SoftHSM2)`)
 	flag.Parse()
 
 	sshBin, err := exec.LookPath(o.sshAgentBin)
@@ -137,6 +144,11 @@ func run() error {
 		if bin, err = buildKeyd(dir); err != nil {
 			return err
 		}
+	}
+	if o.signers == "only" {
+		rows, err := measureSigners(o, bin, dir)
+		reportSigners(os.Stdout, rows)
+		return err
 	}
 	state, sock, err := initState(bin, dir)
 	if err != nil {
@@ -244,10 +256,17 @@ func run() error {
 			return err
 		}
 	}
+	if o.signers == "also" {
+		step("key backends")
+		if fig.Signers, err = measureSigners(o, bin, dir); err != nil {
+			return err
+		}
+	}
 	fig.LatencyRatio = float64(fig.SSHLatency.P50) / float64(fig.KeydLatency.P50)
 	fig.ThroughputRatio = fig.KeydThroughput.PerSec / fig.SSHThroughput.PerSec
 
 	report(os.Stdout, &fig)
+	reportSigners(os.Stdout, fig.Signers)
 	if o.jsonOut != "" {
 		b, err := json.MarshalIndent(&fig, "", "  ")
 		if err != nil {
@@ -268,7 +287,7 @@ func step(format string, args ...any) {
 // asking for a calendar grant the bench policy issues at once.
 func keydClients(sock string, n int) ([]op, func(), error) {
 	var ops []op
-	var clients []*keyd.Client
+	var clients []*client.Client
 	closeAll := func() {
 		for _, c := range clients {
 			c.Close()
@@ -277,7 +296,7 @@ func keydClients(sock string, n int) ([]op, func(), error) {
 	exp := time.Now().Unix() + 3600
 	cavs := []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find"), grant.Exp(exp)}
 	for i := 0; i < n; i++ {
-		c, err := keyd.Dial(sock)
+		c, err := client.Dial(sock)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -372,7 +391,7 @@ func auditBatch(path string, from, to time.Time) (float64, error) {
 			return 0, fmt.Errorf("%s: %w", path, err)
 		}
 		t, err := time.Parse(time.RFC3339Nano, rec.Time)
-		if err != nil || rec.Kind != keyd.AuditKindIssue || t.Before(from) || t.After(to) {
+		if err != nil || rec.Kind != audit.KindIssue || t.Before(from) || t.After(to) {
 			continue
 		}
 		records++

@@ -1,0 +1,252 @@
+package keyd
+
+import (
+	"context"
+	"crypto"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/peercred"
+	"github.com/parley-keyd/parley-keyd/policies"
+)
+
+// Options assemble a daemon.
+type Options struct {
+	// Config is the daemon's configuration (LoadConfig or ParseConfig).
+	// Its policy file is read by New unless Policy is set.
+	Config *Config
+	// Policy, when set, is used instead of reading Config's policy file.
+	// Reload still reads the file.
+	Policy *policies.Policy
+	// State is the state folder: the audit log lives there.
+	State string
+	// Signer holds the principal key. It is the only way the daemon uses
+	// the key, so a key service can replace the file key.
+	Signer crypto.Signer
+	// SignerInfo describes the signer for the start record and for status
+	// ("file", or a key service and its key version). Empty means "file".
+	SignerInfo string
+	// Audit, when set, is used instead of the log in State: tests give a
+	// sink that fails. The daemon does not close it.
+	Audit AuditSink
+	// Logf receives operational messages (not audit records). Nil discards.
+	Logf func(format string, args ...any)
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Identify returns the peer's identity; nil means peercred.Get. Tests
+	// leave it nil: identities come from the kernel.
+	Identify func(*net.UnixConn) (peercred.Identity, error)
+}
+
+// Daemon is a whole parley-keyd: its configuration and policy, the signer,
+// the audit log and the server that answers the socket. New assembles it,
+// Listen finds its socket, Run serves until its context ends, and Reload
+// rereads the configuration and the policy. Every program that runs a
+// daemon (serve, the demo, the tests) goes through these four.
+type Daemon struct {
+	*Server
+	opts Options
+	log  *audit.Log // nil when Options.Audit was given
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// New loads the policy (unless given), opens the audit log in the state
+// folder and returns a daemon ready to Run. It fails when any part is
+// missing: there is no allow-all default and no daemon without a log.
+func New(o Options) (*Daemon, error) {
+	if o.Config == nil || o.Signer == nil {
+		return nil, errors.New("keyd: a daemon needs a configuration and a signer")
+	}
+	if o.SignerInfo == "" {
+		o.SignerInfo = "file"
+	}
+	if o.Policy == nil {
+		pol, err := LoadPolicy(o.Config)
+		if err != nil {
+			return nil, &PolicyError{Path: o.Config.PolicyPath(), Err: err}
+		}
+		o.Policy = pol
+	}
+	d := &Daemon{opts: o}
+	sink := o.Audit
+	if sink == nil {
+		if o.State == "" {
+			return nil, errors.New("keyd: a daemon needs a state folder for its audit log")
+		}
+		l, err := audit.Open(filepath.Join(o.State, "audit.log"))
+		if err != nil {
+			return nil, err
+		}
+		d.log, sink = l, l
+	}
+	srv, err := newServer(serverOptions{Config: o.Config, Policy: o.Policy, Signer: o.Signer, Audit: sink,
+		Logf: o.Logf, Now: o.Now, Identify: o.Identify})
+	if err != nil {
+		d.closeLog()
+		return nil, err
+	}
+	d.Server = srv
+	return d, nil
+}
+
+// PolicyError is a policy file that cannot be read or does not parse.
+type PolicyError struct {
+	Path string
+	Err  error
+}
+
+func (e *PolicyError) Error() string { return fmt.Sprintf("policy %s: %v", e.Path, e.Err) }
+func (e *PolicyError) Unwrap() error { return e.Err }
+
+// LoadPolicy reads and parses the policy file cfg names.
+func LoadPolicy(cfg *Config) (*policies.Policy, error) {
+	data, err := os.ReadFile(cfg.PolicyPath())
+	if err != nil {
+		return nil, err
+	}
+	return policies.Parse(data, cfg.PolicyPath())
+}
+
+// AuditLog returns the daemon's audit log, or nil when Options.Audit
+// replaced it.
+func (d *Daemon) AuditLog() *audit.Log { return d.log }
+
+// Listen returns the socket the daemon should serve: the one systemd passed
+// by socket activation when there is one, else a new socket at the
+// configuration's path. A socket file left by a dead daemon is replaced, but
+// only after checking that nothing answers on it; anything else at that path
+// is left alone and reported.
+func (d *Daemon) Listen() (net.Listener, error) {
+	lns, err := activation.Listeners()
+	if err != nil {
+		return nil, fmt.Errorf("socket activation: %w", err)
+	}
+	for _, ln := range lns {
+		if _, ok := ln.(*net.UnixListener); ok {
+			return ln, nil
+		}
+	}
+	cfg := d.cfg.Load()
+	path := cfg.Socket
+	if path == "" {
+		return nil, errors.New("the configuration names no socket")
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket; refusing to replace it", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, &InUseError{Path: path}
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing the stale socket %s: %w", path, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	// Create the socket with no access, then open it up to the configured
+	// mode: no window in which it is wider than configured.
+	old := syscall.Umask(0o777)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, cfg.FileMode()); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// InUseError says that another daemon already answers on the socket.
+type InUseError struct{ Path string }
+
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("another daemon is already answering on %s", e.Path)
+}
+
+// Run writes the start record, serves ln until ctx ends, then answers every
+// waiting request, closes every connection (waiting at most 10 s for
+// handlers), writes the stop record and closes the audit log. It returns the
+// listener's error if serving stopped for another reason.
+func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
+	if _, err := d.audit.Append(audit.Record{Kind: audit.KindStart,
+		Message: fmt.Sprintf("pid %d, socket %s, principal %s, signer %s", os.Getpid(), ln.Addr(), d.principal, d.opts.SignerInfo)}); err != nil {
+		ln.Close()
+		d.closeLog()
+		return fmt.Errorf("audit log: %w", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(ln) }()
+	var err error
+	reason := "stopped"
+	select {
+	case err = <-served:
+		if err != nil {
+			reason = "the listener failed: " + err.Error()
+		}
+	case <-ctx.Done():
+		if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+			reason = c.Error()
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if serr := d.Shutdown(sctx); serr != nil && err == nil {
+		err = serr
+	}
+	cancel()
+	if _, aerr := d.audit.Append(audit.Record{Kind: audit.KindStop, Message: reason}); aerr != nil {
+		d.logf("stop record not written: %v", aerr)
+	}
+	d.closeLog()
+	return err
+}
+
+// Reload rereads the configuration file the daemon was started with and the
+// policy file it names. Property 6: when either does not parse, nothing
+// changes. Either outcome goes into the audit log.
+func (d *Daemon) Reload() error {
+	old := d.cfg.Load()
+	cfg, err := LoadConfig(old.path)
+	var pol *policies.Policy
+	if err == nil {
+		cfg.Socket = old.Socket // the socket in use cannot move
+		pol, err = LoadPolicy(cfg)
+	}
+	if err != nil {
+		d.logf("reload refused, keeping the current configuration and policy: %v", err)
+		d.auditBestEffort(audit.Record{Kind: audit.KindPolicyReload, Decision: "refused", Message: err.Error()})
+		return err
+	}
+	d.swap(cfg, pol)
+	d.logf("reloaded %s and %s", old.path, cfg.PolicyPath())
+	if !reflect.DeepEqual(old.Key, cfg.Key) {
+		// The signer is opened once, at start (docs/key-service.md).
+		d.logf("the [key] table changed; the signer in use stays until the daemon restarts")
+	}
+	d.auditBestEffort(audit.Record{Kind: audit.KindPolicyReload, Decision: "loaded", Message: cfg.PolicyPath()})
+	return nil
+}
+
+func (d *Daemon) closeLog() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.log != nil && !d.closed {
+		d.closed = true
+		d.log.Close()
+	}
+}

@@ -1,0 +1,189 @@
+package protocol
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/parley-keyd/parley-keyd/grant"
+)
+
+// Version is the daemon protocol version carried in every frame ("parley": 1),
+// the same framing as Parley §2.
+const Version = 1
+
+// MaxFrame is the largest frame the daemon reads or writes (§2.1: 1 MiB). A
+// larger frame is skipped up to its newline without being buffered whole, so a
+// client cannot make the daemon allocate more than this per connection.
+const MaxFrame = 1 << 20
+
+// Verbs of the daemon protocol (docs/protocol.md).
+const (
+	VerbHello   = "HELLO"
+	VerbGrant   = "GRANT"
+	VerbConsent = "CONSENT"
+	VerbExplain = "EXPLAIN"
+	VerbPending = "PENDING"
+	VerbApprove = "APPROVE"
+	VerbDeny    = "DENY"
+	VerbWatch   = "WATCH"
+)
+
+// Reply kinds.
+const (
+	KindBrief   = "BRIEF"
+	KindGrant   = "GRANT"
+	KindExplain = "EXPLAIN"
+	KindPending = "PENDING"
+	KindOK      = "OK"
+	KindEvent   = "EVENT"
+	KindError   = "ERROR"
+)
+
+// Code is a stable, machine-readable reason carried by an ERROR frame. Codes
+// are part of the wire protocol: never rename one.
+type Code string
+
+const (
+	CodeBadFrame      Code = "bad_frame"                   // not a frame: bad JSON, too large, unknown verb, missing id
+	CodeInvalidParams      = Code(grant.CodeInvalidParams) // a frame whose fields are wrong: unknown caveat, bad key (grant owns the name)
+	CodeUnauthorized  Code = "unauthorized"                // holder proof missing or wrong; caller not allowed to connect
+	CodeForbidden     Code = "forbidden"                   // policy refuses, or this caller's role may not use the verb
+	CodeConflict      Code = "conflict"                    // consent does not match the proposal
+	CodeExpired       Code = "expired"                     // the proposal or consent has expired
+	CodeDenied        Code = "denied"                      // the human denied the request (or chose a wrong code)
+	CodeTimeout       Code = "timeout"                     // nobody approved in time
+	CodeNotFound      Code = "not_found"                   // no such pending request
+	CodeLimit         Code = "limit"                       // rate or pending limit reached; see retry
+	CodeUnavailable   Code = "unavailable"                 // audit log not writable, shutting down
+	CodeInternal      Code = "internal"                    // a bug: the detail is in the audit log
+)
+
+// Error is a refusal as it crosses the socket: a stable code, one sentence,
+// and where it helps, a fix and a retry delay in seconds.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	Fix     string `json:"fix,omitempty"`
+	Retry   int    `json:"retry,omitempty"`
+	Rule    string `json:"rule,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Fix != "" {
+		return fmt.Sprintf("%s: %s (%s)", e.Code, e.Message, e.Fix)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Is makes errors.Is(err, &Error{Code: c}) match on the code alone.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Frame is one NDJSON frame in either direction. Requests carry Verb, replies
+// Kind and Re. Verb-specific fields sit in the same object (§2.1); unknown
+// fields are ignored. An ERROR reply carries Code, Message and optionally Fix,
+// Retry and Rule at the top level, as Parley §7 does.
+type Frame struct {
+	Parley int    `json:"parley"`
+	ID     string `json:"id"`
+	Verb   string `json:"verb,omitempty"`
+	Kind   string `json:"kind,omitempty"`
+	Re     string `json:"re,omitempty"`
+
+	// Request fields.
+	Grant    json.RawMessage `json:"grant,omitempty"`    // GRANT, EXPLAIN: {"holder", "caveats"}
+	Consent  json.RawMessage `json:"consent,omitempty"`  // CONSENT: the service's consent object or ERROR frame
+	Proposal json.RawMessage `json:"proposal,omitempty"` // CONSENT: the proposal or PROPOSALS frame
+	Service  string          `json:"service,omitempty"`  // CONSENT: the service id the proposal came from
+	Holder   string          `json:"holder,omitempty"`   // CONSENT: the agent key to bind
+	Proof    *grant.Proof    `json:"proof,omitempty"`    // GRANT, CONSENT: possession of the holder key
+	Request  string          `json:"request,omitempty"`  // APPROVE, DENY: the pending request id
+	Match    string          `json:"match,omitempty"`    // APPROVE: the match code the human confirmed
+	Channel  string          `json:"channel,omitempty"`  // APPROVE, DENY: "terminal" (default) or "desktop"
+
+	// Reply fields.
+	Code    Code            `json:"code,omitempty"` // ERROR
+	Message string          `json:"message,omitempty"`
+	Fix     string          `json:"fix,omitempty"`
+	Retry   int             `json:"retry,omitempty"`
+	Rule    string          `json:"rule,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// Err returns the refusal an ERROR frame carries.
+func (f *Frame) Err() *Error {
+	return &Error{Code: f.Code, Message: f.Message, Fix: f.Fix, Retry: f.Retry, Rule: f.Rule}
+}
+
+// FrameReader reads newline-delimited frames with a hard size cap.
+type FrameReader struct {
+	r *bufio.Reader
+}
+
+// frameReadBuffer is the read buffer each connection keeps for its whole
+// life. Most frames fit in it; a longer one is gathered in pieces by next.
+// It is small because an idle connection costs this much: with 64 KiB, 1000
+// idle connections held 64 MiB of heap, all of it resident once freed
+// buffers were reused (docs/performance.md).
+const frameReadBuffer = 4 << 10
+
+func NewFrameReader(r io.Reader) *FrameReader {
+	return &FrameReader{r: bufio.NewReaderSize(r, frameReadBuffer)}
+}
+
+// ErrFrameTooLarge reports a frame over MaxFrame; the reader has already
+// skipped past it and stays usable.
+var ErrFrameTooLarge = errors.New("frame larger than 1 MiB")
+
+// Next returns the next frame's bytes without its newline. An oversized frame
+// is discarded up to its newline and reported as ErrFrameTooLarge: the
+// connection stays usable (§2.1) and at most MaxFrame bytes are held.
+func (fr *FrameReader) Next() ([]byte, error) {
+	var buf []byte
+	for {
+		chunk, err := fr.r.ReadSlice('\n')
+		if len(buf)+len(chunk) > MaxFrame+1 {
+			// Attack: a client streaming an endless line to exhaust memory.
+			// Drop what we have and skip to the end of the line.
+			buf = nil
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = fr.r.ReadSlice('\n')
+			}
+			if err != nil {
+				return nil, err
+			}
+			return nil, ErrFrameTooLarge
+		}
+		buf = append(buf, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			if err == io.EOF && len(bytes.TrimSpace(buf)) > 0 {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		return bytes.TrimRight(buf, "\r\n"), nil
+	}
+}
+
+// EncodeFrame serializes f as one line. encoding/json escapes newlines inside
+// strings, so the output has exactly one, at the end.
+func EncodeFrame(f *Frame) ([]byte, error) {
+	f.Parley = Version
+	b, err := json.Marshal(f)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxFrame {
+		return nil, ErrFrameTooLarge
+	}
+	return append(b, '\n'), nil
+}

@@ -1,0 +1,735 @@
+package phone
+
+import (
+	"context"
+	"crypto/tls"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+)
+
+// Requests is what the phone page needs from the daemon.
+type Requests interface {
+	// Pending lists the waiting requests, as the daemon rendered them.
+	Pending() []protocol.PendingView
+	// Decide approves or denies request id for the paired device named
+	// device, with the match code the human typed. The daemon records the
+	// decision as made on the phone channel.
+	Decide(id string, approve bool, match, device string) error
+}
+
+// Options configure a Phone.
+type Options struct {
+	// Requests is the daemon whose waiting requests the page shows.
+	Requests Requests
+	// Listen is the host:port to listen on (keyd.Config.Phone.Listen).
+	Listen string
+	// URL is the page's base address as put into QR codes
+	// (keyd.Config.PhoneURL). Approvals must come from this origin.
+	URL string
+	// State is the daemon's state folder: certificate and paired devices.
+	State string
+	// Logf receives operational messages; nil discards them.
+	Logf func(format string, args ...any)
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Phone is the phone page: an HTTPS server on a LAN address where a paired
+// phone sees the requests routed to it and approves or denies them.
+//
+// An approval is accepted only when all of these hold: the request comes
+// from a paired device (its credential cookie, checked against the device
+// file at every request); it carries the one-time token of a request page
+// shown to that device for that request; its Origin (or Referer) is the
+// page's own; and it comes from an address that is not one of this host's
+// (loopback included). The last makes the phone a strong channel: an agent
+// on this machine can read the page but cannot approve from here.
+type Page struct {
+	reqs    Requests
+	devices *Devices
+	origin  string
+	base    string
+	listen  string
+	cert    tls.Certificate
+	info    CertInfo
+	logf    func(string, ...any)
+	now     func() time.Time
+	tmpl    *template.Template
+	isLocal func(net.IP) bool
+
+	mu     sync.Mutex
+	tokens map[string]pageToken // by hash of the token
+
+	srv *http.Server
+	ln  net.Listener
+}
+
+// pageToken binds a request page to the device it was shown to.
+type pageToken struct {
+	device  string
+	request string
+	expires time.Time
+}
+
+// Limits of the phone page. Attack: a client that holds connections open or
+// sends huge headers or bodies to exhaust the daemon's memory; a paired
+// device that opens pages without end to grow the token table.
+const (
+	maxPhoneConns   = 64
+	maxPhoneBody    = 16 << 10
+	maxPhoneHeaders = 16 << 10
+	maxPageTokens   = 256
+	pageTokenTTL    = 10 * time.Minute
+	maxCodeLen      = 16
+)
+
+// DeviceCookie is the cookie holding a paired phone's credential. The
+// __Host- prefix makes the browser accept it only when set Secure, for
+// Path=/ and without a Domain: another site cannot plant or widen it.
+const DeviceCookie = "__Host-parley-device"
+
+// deviceCookieAge is how long a phone keeps its credential; every page it
+// opens renews it.
+const deviceCookieAge = 400 * 24 * time.Hour
+
+// RefusedLocal is the message of an approval from one of this host's own
+// addresses.
+const RefusedLocal = "approvals from this machine are not accepted; use your phone"
+
+//go:embed templates/*.html templates/phone.css
+var phoneFiles embed.FS
+
+// New makes the phone page, creating its certificate in the state
+// folder when needed. It does not listen yet; see Start or Handler.
+func New(o Options) (*Page, error) {
+	if o.Requests == nil || o.State == "" || o.URL == "" {
+		return nil, errors.New("notify: the phone page needs the daemon, the state folder and its URL")
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return nil, fmt.Errorf("the phone page's URL %q must be https://HOST:PORT with no path", o.URL)
+	}
+	hosts, err := Hosts(o.Listen, o.URL)
+	if err != nil {
+		return nil, err
+	}
+	p := &Page{
+		reqs:    o.Requests,
+		devices: OpenDevices(o.State),
+		origin:  originOf(u),
+		base:    strings.TrimRight(o.URL, "/"),
+		listen:  o.Listen,
+		logf:    o.Logf,
+		now:     o.Now,
+		isLocal: localAddress,
+		tokens:  map[string]pageToken{},
+	}
+	if p.logf == nil {
+		p.logf = func(string, ...any) {}
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	p.cert, p.info, err = EnsureCert(o.State, hosts, p.now())
+	if err != nil {
+		return nil, err
+	}
+	if p.info.Made {
+		p.logf("phone page: made a new certificate for %s, SHA-256 %s", strings.Join(p.info.Hosts, ", "), p.info.Fingerprint)
+	}
+	p.tmpl, err = template.ParseFS(phoneFiles, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// originOf is the origin a browser sends for pages under u: the default
+// port is left out.
+func originOf(u *url.URL) string {
+	host := strings.ToLower(u.Host)
+	if h, port, err := net.SplitHostPort(host); err == nil && port == "443" {
+		host = h
+		if strings.Contains(h, ":") {
+			host = "[" + h + "]"
+		}
+	}
+	return "https://" + host
+}
+
+// Cert describes the page's certificate.
+func (p *Page) Cert() CertInfo { return p.info }
+
+// Start listens on the configured address and serves the page over TLS in
+// the background until Close.
+func (p *Page) Start() error {
+	ln, err := net.Listen("tcp", p.listen)
+	if err != nil {
+		return fmt.Errorf("phone page: %w", err)
+	}
+	p.Serve(ln)
+	return nil
+}
+
+// Serve serves the page over TLS on ln in the background until Close. Call
+// it once, instead of Start.
+func (p *Page) Serve(ln net.Listener) {
+	p.ln = &limitListener{Listener: ln, sem: make(chan struct{}, maxPhoneConns)}
+	p.srv = &http.Server{
+		Handler: p.Handler(),
+		TLSConfig: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{p.cert},
+		},
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    maxPhoneHeaders,
+		ErrorLog:          log.New(logfWriter(p.logf), "phone page: ", 0),
+	}
+	go func() {
+		if err := p.srv.ServeTLS(p.ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			p.logf("phone page stopped: %v", err)
+		}
+	}()
+}
+
+// Addr is the address the page listens on, once started.
+func (p *Page) Addr() net.Addr {
+	if p.ln == nil {
+		return nil
+	}
+	return p.ln.Addr()
+}
+
+// Close stops the page, giving open requests a few seconds to finish.
+func (p *Page) Close() error {
+	if p.srv == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.srv.Shutdown(ctx); err != nil {
+		return p.srv.Close()
+	}
+	return nil
+}
+
+// Start makes the phone page and starts serving it.
+func Start(o Options) (*Page, error) {
+	p, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Start(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+type logfWriter func(string, ...any)
+
+func (f logfWriter) Write(b []byte) (int, error) {
+	f("%s", strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// maxPhoneConnsPerAddr caps the connections one address may hold open.
+// Attack: a local agent holding every connection slot with keep-alives, so
+// that the human's phone, the only strong channel, cannot load the page.
+const maxPhoneConnsPerAddr = 4
+
+// limitListener holds at most cap(sem) connections open, and at most
+// maxPhoneConnsPerAddr from one address; further ones wait in the kernel's
+// backlog, or, past the per-address cap, are closed at once.
+type limitListener struct {
+	net.Listener
+	sem   chan struct{}
+	mu    sync.Mutex
+	perIP map[string]int
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		l.sem <- struct{}{}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			<-l.sem
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		l.mu.Lock()
+		if l.perIP == nil {
+			l.perIP = map[string]int{}
+		}
+		if l.perIP[host] >= maxPhoneConnsPerAddr {
+			l.mu.Unlock()
+			c.Close()
+			<-l.sem
+			continue
+		}
+		l.perIP[host]++
+		l.mu.Unlock()
+		release := sync.OnceFunc(func() {
+			l.mu.Lock()
+			if l.perIP[host]--; l.perIP[host] <= 0 {
+				delete(l.perIP, host)
+			}
+			l.mu.Unlock()
+			<-l.sem
+		})
+		return &limitConn{Conn: c, release: release}, nil
+	}
+}
+
+type limitConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
+}
+
+var requestIDRE = regexp.MustCompile(`^r_[a-z0-9]{1,32}$`)
+
+// Handler serves the phone page's routes. Start serves it over TLS; tests
+// may serve it themselves.
+func (p *Page) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", p.index)
+	mux.HandleFunc("GET /pair", p.pairPage)
+	mux.HandleFunc("POST /pair", p.pair)
+	mux.HandleFunc("GET /r/{id}", p.requestPage)
+	mux.HandleFunc("POST /r/{id}/decide", p.decide)
+	mux.HandleFunc("GET /static/phone.css", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := phoneFiles.ReadFile("templates/phone.css")
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Write(b)
+	})
+	return securityHeaders(mux)
+}
+
+// securityHeaders sets the headers every response carries and bounds the
+// request body.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		// Attack: clickjacking (framing the page to trick a tap on
+		// Approve) and injected content; the page needs nothing but
+		// itself, and runs no script at all.
+		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+		h.Set("X-Frame-Options", "DENY")
+		// Attack: the request URL (with a pairing token) leaking to
+		// another site through the Referer header. Not "no-referrer":
+		// under it browsers send "Origin: null" with the page's own
+		// forms, and the origin check below needs the real one.
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		r.Body = http.MaxBytesReader(w, r.Body, maxPhoneBody)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// page is what every template gets.
+type page struct {
+	Heading   string
+	Device    string
+	Kind      string // "ok", "bad" or ""
+	Lines     []string
+	Back      bool
+	Name      string
+	Token     string
+	View      protocol.PendingView
+	Remaining string
+	Requests  []protocol.PendingView
+}
+
+func (p *Page) render(w http.ResponseWriter, status int, name string, pg page) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	var b strings.Builder
+	if err := p.tmpl.ExecuteTemplate(&b, name, pg); err != nil {
+		p.logf("phone page: template %s: %v", name, err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(status)
+	io.WriteString(w, b.String())
+}
+
+func (p *Page) message(w http.ResponseWriter, status int, kind, heading string, lines ...string) {
+	p.render(w, status, "message", page{Heading: heading, Kind: kind, Lines: lines})
+}
+
+// device returns the paired device of r, and renews its cookie.
+func (p *Page) device(w http.ResponseWriter, r *http.Request) (Device, bool) {
+	c, err := r.Cookie(DeviceCookie)
+	if err != nil {
+		return Device{}, false
+	}
+	dev, ok, err := p.devices.Authenticate(c.Value)
+	if err != nil {
+		p.logf("phone page: reading the paired devices: %v", err)
+		return Device{}, false
+	}
+	if ok && w != nil {
+		p.setCookie(w, c.Value)
+	}
+	return dev, ok
+}
+
+func (p *Page) setCookie(w http.ResponseWriter, cred string) {
+	http.SetCookie(w, &http.Cookie{
+		Name: DeviceCookie, Value: cred, Path: "/",
+		MaxAge: int(deviceCookieAge / time.Second),
+		// Attack: the credential read by script (HttpOnly), sent over
+		// plain HTTP (Secure), or sent with a cross-site form post that
+		// rides on it (SameSite=Strict).
+		Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode,
+	})
+}
+
+func (p *Page) notPaired(w http.ResponseWriter) {
+	p.message(w, http.StatusForbidden, "bad", "This phone is not paired",
+		"Pair it first: on the computer, the admin runs “parley-keyd pair” and you scan the code it shows. If you just did, type the four-digit code this phone showed where “parley-keyd pair” is waiting.")
+}
+
+// phoneRequests lists the waiting requests that the phone may decide.
+func (p *Page) phoneRequests() []protocol.PendingView {
+	var out []protocol.PendingView
+	for _, v := range p.reqs.Pending() {
+		if slices.Contains(v.Channels, "phone") {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (p *Page) index(w http.ResponseWriter, r *http.Request) {
+	dev, ok := p.device(w, r)
+	if !ok {
+		p.notPaired(w)
+		return
+	}
+	p.render(w, http.StatusOK, "index", page{Heading: "Waiting requests", Device: dev.Name, Requests: p.phoneRequests()})
+}
+
+// pairPage shows what opening a pairing link does, with a button that
+// pairs. Opening the link alone changes nothing: a link previewer or
+// prefetcher that fetches it must not use up the one-time token.
+func (p *Page) pairPage(w http.ResponseWriter, r *http.Request) {
+	token := r.URL.Query().Get("t")
+	name, ok := p.devices.pairingName(token, p.now())
+	if !ok {
+		p.message(w, http.StatusForbidden, "bad", "This pairing link does not work",
+			ErrPairingInvalid.Error()+". Ask the admin for a new one: parley-keyd pair.")
+		return
+	}
+	p.render(w, http.StatusOK, "pair", page{Heading: "Pair this phone", Name: name, Token: token})
+}
+
+func (p *Page) pair(w http.ResponseWriter, r *http.Request) {
+	if msg := p.refuseForged(r); msg != "" {
+		p.logf("phone page: refused a pairing from %s (origin %q): %s", r.RemoteAddr, truncate(r.Header.Get("Origin"), 80), msg)
+		p.message(w, http.StatusForbidden, "bad", "Refused", msg)
+		return
+	}
+	// A phone pairs from the LAN. Attack: an agent on this machine that
+	// saw a pairing link (a terminal's scrollback) pairing itself.
+	if p.fromThisHost(r) {
+		p.message(w, http.StatusForbidden, "bad", "Refused", "pairing from this machine is not accepted; open the link on your phone")
+		return
+	}
+	if msg := twiceInForm(r); msg != "" {
+		p.message(w, http.StatusBadRequest, "bad", "Not paired", msg)
+		return
+	}
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	dev, cred, err := p.devices.Pair(r.PostFormValue("t"), host, p.now())
+	if errors.Is(err, ErrPairingInvalid) {
+		p.message(w, http.StatusForbidden, "bad", "This pairing link does not work",
+			err.Error()+". Ask the admin for a new one: parley-keyd pair.")
+		return
+	}
+	if err != nil {
+		p.logf("phone page: pairing: %v", err)
+		p.message(w, http.StatusInternalServerError, "bad", "Pairing failed", err.Error())
+		return
+	}
+	p.logf("phone page: paired %s (%s) from %s, waiting for its confirmation code", dev.Name, dev.ID, r.RemoteAddr)
+	p.setCookie(w, cred)
+	p.render(w, http.StatusOK, "message", page{Heading: "Almost paired", Kind: "ok", Device: dev.Name,
+		Lines: []string{
+			"This phone is paired as “" + dev.Name + "” once you confirm it. Type this code where “parley-keyd pair” is waiting:",
+			dev.Code,
+			"Until then it can approve nothing. Then, when an agent asks for something that may be approved here, scan the code it shows, or open the waiting requests."}})
+}
+
+func (p *Page) findRequest(w http.ResponseWriter, id string) (protocol.PendingView, bool) {
+	if requestIDRE.MatchString(id) {
+		for _, v := range p.phoneRequests() {
+			if v.ID == id {
+				return v, true
+			}
+		}
+	}
+	p.message(w, http.StatusNotFound, "bad", "Nothing to approve",
+		"No request "+truncate(id, 40)+" is waiting for the phone: it was approved, denied, withdrawn or timed out, or it may not be approved here.")
+	return protocol.PendingView{}, false
+}
+
+func (p *Page) requestPage(w http.ResponseWriter, r *http.Request) {
+	dev, ok := p.device(w, r)
+	if !ok {
+		p.notPaired(w)
+		return
+	}
+	v, ok := p.findRequest(w, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	now := p.now()
+	token := p.issueToken(dev.ID, v.ID, now, time.Unix(v.Expires, 0))
+	p.render(w, http.StatusOK, "request", page{Heading: v.Title, Device: dev.Name, View: v, Token: token,
+		Remaining: remaining(time.Unix(v.Expires, 0).Sub(now))})
+}
+
+func remaining(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "expiring now"
+	case d < time.Minute:
+		return fmt.Sprintf("%d s left", int(d.Seconds()))
+	}
+	return fmt.Sprintf("%d min left", int(d.Round(time.Minute).Minutes()))
+}
+
+func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	refuse := func(msg string) {
+		p.logf("phone page: refused a decision on %q from %s (origin %q): %s", truncate(id, 40), r.RemoteAddr, truncate(r.Header.Get("Origin"), 80), msg)
+		p.message(w, http.StatusForbidden, "bad", "Refused", msg)
+	}
+	// The strong-channel property: an agent on this machine may reach the
+	// page, but nothing it sends from here decides a request.
+	if p.fromThisHost(r) {
+		refuse(RefusedLocal)
+		return
+	}
+	// Attack: cross-site request forgery, a page elsewhere posting a form
+	// here while the phone's browser holds the device cookie.
+	if msg := p.refuseForged(r); msg != "" {
+		refuse(msg)
+		return
+	}
+	if msg := twiceInForm(r); msg != "" {
+		p.message(w, http.StatusBadRequest, "bad", "Nothing decided", msg)
+		return
+	}
+	dev, ok := p.device(nil, r)
+	if !ok {
+		refuse("this phone is not paired; pair it first")
+		return
+	}
+	// Attack: replaying a decision, or deciding a request the device never
+	// saw. The token is used up here whatever follows.
+	if !p.useToken(r.PostFormValue("token"), dev.ID, id, p.now()) {
+		refuse("this page was used already or has expired; open the request again")
+		return
+	}
+	var approve bool
+	switch r.PostFormValue("action") {
+	case "approve":
+		approve = true
+	case "deny":
+	default:
+		p.message(w, http.StatusBadRequest, "bad", "Nothing decided", "choose Approve or Deny")
+		return
+	}
+	code := strings.TrimSpace(r.PostFormValue("code"))
+	if len(code) > maxCodeLen {
+		code = code[:maxCodeLen]
+	}
+	if approve && code == "" {
+		p.message(w, http.StatusBadRequest, "bad", "Nothing decided", "enter the code shown where the agent asked, then approve")
+		return
+	}
+	err := p.reqs.Decide(id, approve, code, dev.Name)
+	var ke *protocol.Error
+	switch {
+	case err == nil && approve:
+		p.render(w, http.StatusOK, "message", page{Heading: "Approved", Kind: "ok", Device: dev.Name, Back: true,
+			Lines: []string{"Request " + id + " is approved; the agent gets its grant."}})
+	case err == nil:
+		p.render(w, http.StatusOK, "message", page{Heading: "Denied", Kind: "bad", Device: dev.Name, Back: true,
+			Lines: []string{"Request " + id + " is denied."}})
+	case errors.As(err, &ke) && ke.Code == protocol.CodeDenied:
+		p.render(w, http.StatusOK, "message", page{Heading: "Denied", Kind: "bad", Device: dev.Name, Back: true,
+			Lines: []string{"denied: the code did not match", "If the code on the computer differed, someone else's request may have raced yours."}})
+	case errors.As(err, &ke) && ke.Code == protocol.CodeNotFound:
+		p.render(w, http.StatusNotFound, "message", page{Heading: "Nothing to approve", Kind: "bad", Device: dev.Name, Back: true,
+			Lines: []string{"Request " + id + " is no longer waiting: it was decided elsewhere, withdrawn or timed out."}})
+	case errors.As(err, &ke):
+		p.render(w, http.StatusForbidden, "message", page{Heading: "Refused", Kind: "bad", Device: dev.Name, Back: true,
+			Lines: []string{ke.Message}})
+	default:
+		p.logf("phone page: deciding %q: %v", id, err)
+		p.message(w, http.StatusInternalServerError, "bad", "Nothing decided", "the daemon failed to decide the request")
+	}
+}
+
+// twiceInForm returns why r's form has more than one reading, or "": a
+// field sent twice, of which PostFormValue would take the first and another
+// reader the last (DESIGN.md property 9). The page's own forms never send
+// one.
+func twiceInForm(r *http.Request) string {
+	if r.ParseForm() != nil {
+		return "" // an unreadable form has no values: the checks that follow refuse it
+	}
+	for k, vs := range r.PostForm {
+		if len(vs) > 1 {
+			return fmt.Sprintf("the form carries the field %q twice; open the page again", truncate(k, 40))
+		}
+	}
+	return ""
+}
+
+// refuseForged returns why r is not a same-origin form post, or "".
+func (p *Page) refuseForged(r *http.Request) string {
+	// Browsers send Sec-Fetch-Site with every request; when present it
+	// must say the form came from the page itself.
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
+		return "the form did not come from this page"
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		if o != p.origin {
+			return "the form did not come from this page"
+		}
+		return ""
+	}
+	// No Origin (old browsers): the Referer must be ours.
+	ref := r.Header.Get("Referer")
+	if ref == "" {
+		return "the form did not say where it came from"
+	}
+	u, err := url.Parse(ref)
+	if err != nil || originOf(u) != p.origin {
+		return "the form did not come from this page"
+	}
+	return ""
+}
+
+// fromThisHost reports whether r came from one of this host's addresses.
+func (p *Page) fromThisHost(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return true // fail closed
+	}
+	if i := strings.IndexByte(host, '%'); i >= 0 {
+		host = host[:i]
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return true
+	}
+	return p.isLocal(ip)
+}
+
+// localAddress reports whether ip is loopback, unspecified, an address of
+// one of this host's interfaces, or any other address the kernel delivers to
+// this host (kernelLocal), read at every call so that an address added after
+// start counts. An error reading them counts as local.
+func localAddress(ip net.IP) bool {
+	if ip.IsLoopback() || ip.IsUnspecified() || kernelLocal(ip) {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true
+	}
+	for _, a := range addrs {
+		var aip net.IP
+		switch a := a.(type) {
+		case *net.IPNet:
+			aip = a.IP
+		case *net.IPAddr:
+			aip = a.IP
+		}
+		if aip != nil && aip.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// issueToken returns a new one-time token for device to decide request,
+// valid until the request expires or pageTokenTTL passes.
+func (p *Page) issueToken(device, request string, now, reqExpires time.Time) string {
+	tok := randomToken()
+	exp := now.Add(pageTokenTTL)
+	if reqExpires.Before(exp) {
+		exp = reqExpires
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for h, t := range p.tokens {
+		if !now.Before(t.expires) {
+			delete(p.tokens, h)
+		}
+	}
+	for len(p.tokens) >= maxPageTokens {
+		// Full of live tokens: the oldest page stops working first.
+		var oldest string
+		for h, t := range p.tokens {
+			if oldest == "" || t.expires.Before(p.tokens[oldest].expires) {
+				oldest = h
+			}
+		}
+		delete(p.tokens, oldest)
+	}
+	p.tokens[hashSecret(tok)] = pageToken{device: device, request: request, expires: exp}
+	return tok
+}
+
+// useToken consumes tok and reports whether it was issued to device for
+// request and has not expired. A token is gone after its first use, even a
+// failed one.
+func (p *Page) useToken(tok, device, request string, now time.Time) bool {
+	if tok == "" || len(tok) > 128 {
+		return false
+	}
+	h := hashSecret(tok)
+	p.mu.Lock()
+	t, ok := p.tokens[h]
+	delete(p.tokens, h)
+	p.mu.Unlock()
+	return ok && t.device == device && t.request == request && now.Before(t.expires)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
