@@ -484,9 +484,11 @@ func checkNewCaveats(caveats []Caveat) error {
 	return nil
 }
 
+// checkHolder refuses to hand a grant to a key that CheckPublicKey refuses:
+// a grant held by a small-order key is usable by anyone (issue 10 item 1).
 func checkHolder(holder ed25519.PublicKey) error {
-	if len(holder) != ed25519.PublicKeySize {
-		return errors.New("holder is not an ed25519 public key")
+	if err := CheckPublicKey(holder); err != nil {
+		return fmt.Errorf("holder: %w", err)
 	}
 	return nil
 }
@@ -581,7 +583,7 @@ type ConsentRequest struct {
 // the first three, only (which constrains COMMIT alone) would leave a
 // blanket grant for every other verb at every service.
 func ConsentCaveats(service, capability, hash string, expires int64) []Caveat {
-	return []Caveat{Svc(service), Verbs("COMMIT"), Can(capability), Only(hash), Exp(expires)}
+	return []Caveat{Svc(service), Verbs(VerbCommit), Can(capability), Only(hash), Exp(expires)}
 }
 
 // IssueConsent signs a consent grant (§6.6) for c: a root grant from

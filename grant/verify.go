@@ -77,6 +77,11 @@ type Result struct {
 // signer key, signed bytes and signature, checked before) is not verified
 // again; every other step runs on every call. The answer is the same with or
 // without a cache.
+//
+// Every key of the chain passes CheckPublicKey when the token decodes, so
+// an entry of trusted that CheckPublicKey refuses (a small-order key, for
+// which anyone could sign a root grant) matches no issuer: it trusts
+// nothing.
 func Verify(tokens []string, trusted []string, ctx Context) (*Result, error) {
 	if len(tokens) == 0 {
 		return nil, newError(CodeUnauthorized, "no grant presented")
@@ -117,7 +122,7 @@ func rank(c Code) int {
 }
 
 func checkContext(ctx *Context) error {
-	bad := func(msg string) error { return newError(CodeBadInput, msg) }
+	bad := func(msg string) error { return newError(CodeInvalidParams, msg) }
 	if ctx.Verb == "COMMIT" && ctx.Proposal == nil {
 		return bad("a COMMIT is verified against its proposal, and none was given")
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
@@ -34,7 +35,7 @@ func (c *conn) hello(f *protocol.Frame) (*protocol.Frame, error) {
 		Service: protocol.ManifestService{ID: "parley-keyd", Name: "parley-keyd",
 			Summary: "Holds the principal key; issues attenuated and consent grants by policy and human approval."},
 		Version: protocol.DaemonVersion, Protocol: protocol.Version, Principal: c.s.principal,
-		Limits: protocol.ManifestLimits{Frame: protocol.MaxFrame, Inflight: maxInflight, Caveats: maxRequestCaveats,
+		Limits: protocol.ManifestLimits{Frame: protocol.MaxFrame, Inflight: maxInflight, Caveats: grant.MaxRequestCaveats,
 			ApprovalTimeout: int(cfg.ApprovalTimeout.Seconds()), ProofWindow: 300},
 		Channels: c.s.channels(),
 		Caller:   protocol.ManifestCaller{User: c.id.User, UID: c.id.UID, PID: c.id.PID, Weak: r.Weak},
