@@ -80,7 +80,7 @@ Example: give a sub-agent read-only use of the calendar for ten minutes:
 			if len(cavs) == 0 {
 				warnf("no caveat flags: the new grant can do all the old one can, only the holder changes")
 			}
-			for _, w := range narrowWarnings(t, cavs, now.Unix()) {
+			for _, w := range narrowWarnings(t, cavs, now.Unix(), flagStyle) {
 				warnf("%s", w)
 			}
 			out, err := t.Delegate(key, toKey, cavs, now.Unix())
@@ -171,10 +171,19 @@ func limitsOf(t *grant.Token) parentLimits {
 
 // narrowWarnings returns a sentence for each new caveat that cannot narrow
 // what t already allows, and for each list entry that t does not allow
-// anyway. The new caveats are still added: they are harmless.
-func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64) []string {
-	l := limitsOf(t)
+// anyway, naming arguments in style. The new caveats are still added: they
+// are harmless.
+func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64, style argStyle) []string {
 	var out []string
+	for _, n := range narrowNotes(t, cavs, now) {
+		out = append(out, n.render(style))
+	}
+	return out
+}
+
+func narrowNotes(t *grant.Token, cavs []grant.Caveat, now int64) []argText {
+	l := limitsOf(t)
+	var notes []argText
 	for _, c := range cavs {
 		switch c.Name {
 		case grant.CaveatSvc, grant.CaveatVerbs:
@@ -195,32 +204,32 @@ func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64) []string {
 				}
 			}
 			if len(extra) > 0 {
-				out = append(out, fmt.Sprintf("--%s %s: the grant does not allow %s anyway", c.Name,
+				notes = append(notes, argf("%s %s: the grant does not allow %s anyway", argName(c.Name),
 					strings.Join(extra, ","), plural(len(extra), "this "+what, "these "+what+"s")))
 			}
 			if subset(allowed, news) {
-				out = append(out, fmt.Sprintf("--%s narrows nothing: the grant already allows only %s", c.Name, wordsOrNone(allowed)))
+				notes = append(notes, argf("%s narrows nothing: the grant already allows only %s", argName(c.Name), wordsOrNone(allowed)))
 			}
 		case grant.CaveatCan:
 			news, _ := c.Strings()
 			for _, p := range l.can {
 				if coversAll(news, p) {
-					out = append(out, fmt.Sprintf("--can narrows nothing: the grant already allows only %s", strings.Join(p, ", ")))
+					notes = append(notes, argf("%s narrows nothing: the grant already allows only %s", argName("can"), strings.Join(p, ", ")))
 					break
 				}
 			}
 		case grant.CaveatExp:
 			n, _ := c.Int()
 			if l.exp != nil && n >= *l.exp {
-				out = append(out, fmt.Sprintf("--exp %s narrows nothing: the grant already expires at %s", timeWords(n), timeWords(*l.exp)))
+				notes = append(notes, argf("%s %s narrows nothing: the grant already expires at %s", argName("exp"), timeWords(n), timeWords(*l.exp)))
 			}
 		case grant.CaveatNbf:
 			n, _ := c.Int()
 			switch {
 			case l.nbf != nil && n <= *l.nbf:
-				out = append(out, fmt.Sprintf("--nbf %s narrows nothing: the grant is already not valid before %s", timeWords(n), timeWords(*l.nbf)))
+				notes = append(notes, argf("%s %s narrows nothing: the grant is already not valid before %s", argName("nbf"), timeWords(n), timeWords(*l.nbf)))
 			case n <= now:
-				out = append(out, fmt.Sprintf("--nbf %s narrows nothing: that time has passed", timeWords(n)))
+				notes = append(notes, argf("%s %s narrows nothing: that time has passed", argName("nbf"), timeWords(n)))
 			}
 		case grant.CaveatPer, grant.CaveatSpend:
 			m, _ := c.Money()
@@ -230,7 +239,7 @@ func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64) []string {
 			}
 			for _, p := range parent {
 				if p.Currency == m.Currency && p.Amount <= m.Amount {
-					out = append(out, fmt.Sprintf("--%s %s narrows nothing: the grant already has %s %s", c.Name,
+					notes = append(notes, argf("%s %s narrows nothing: the grant already has %s %s", argName(c.Name),
 						m.String(), c.Name, p.String()))
 					break
 				}
@@ -239,19 +248,19 @@ func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64) []string {
 			s, _ := c.Text()
 			r, _ := grant.RiskRank(s)
 			if l.risk != nil && *l.risk <= r {
-				out = append(out, fmt.Sprintf("--risk %s narrows nothing: the grant already allows at most risk %s", s, riskName(*l.risk)))
+				notes = append(notes, argf("%s %s narrows nothing: the grant already allows at most risk %s", argName("risk"), s, riskName(*l.risk)))
 			}
 		case grant.CaveatOnly:
 			s, _ := c.Text()
 			switch {
 			case slices.Contains(l.only, s):
-				out = append(out, "--only narrows nothing: the grant already commits only that proposal")
+				notes = append(notes, argf("%s narrows nothing: the grant already commits only that proposal", argName("only")))
 			case len(l.only) > 0:
-				out = append(out, fmt.Sprintf("--only %s: the grant commits only the proposal %s, so no COMMIT can pass both", s, l.only[0]))
+				notes = append(notes, argf("%s %s: the grant commits only the proposal %s, so no COMMIT can pass both", argName("only"), s, l.only[0]))
 			}
 		}
 	}
-	return out
+	return notes
 }
 
 // intersect returns the entries common to all lists, in the order of the

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -180,47 +179,28 @@ func (e *toolError) Error() string {
 }
 
 // toToolError turns any error of the CLI's helpers or the daemon into a
-// toolError. The daemon's refusals keep their code; local failures get the
-// daemon code that fits (invalid_params for arguments and the agent key,
-// unavailable for a daemon that cannot be reached, unauthorized for a
-// socket this user may not open).
+// toolError, by the error's type and the daemon's code, never by its text:
+//
+//   - a caveat argument that cannot be used (*argError) is invalid_params,
+//     naming the argument as the tool calls it;
+//   - a daemon refusal (*keyd.Error) keeps its code, sentence and rule, with
+//     a fix in the tools' words (refusalFix);
+//   - a daemon that cannot be reached is unavailable, or unauthorized for a
+//     socket this user may not open;
+//   - other local failures (the agent key, a token that does not decode)
+//     are invalid_params with the CLI's sentence and hint.
 func toToolError(err error) error {
 	var te *toolError
 	if errors.As(err, &te) {
 		return te
 	}
-	te = toolErrorOf(err)
-	te.Message, te.Fix = forModel(te.Message), forModel(te.Fix)
-	return te
-}
-
-// cliWords maps the CLI's words in shared messages to the MCP tools' words.
-var cliWords = strings.NewReplacer(
-	"parley-grant explain (same flags)", "parley_explain (same arguments)",
-	"parley-grant explain", "parley_explain",
-)
-
-// flagName matches a caveat flag named in a shared message, such as
-// "--exp"; the tools take these as arguments of the same name. Other flags
-// (--socket, --key) belong to parley-grant mcp itself and keep their form.
-var flagName = regexp.MustCompile(`(^|[^\w-])--(svc|verbs|can|exp|nbf|per|spend|risk|only|to)\b`)
-
-// forModel rewrites a message shared with the CLI so that it names the
-// tools' arguments ("exp") and tools rather than flags and commands.
-func forModel(s string) string {
-	return flagName.ReplaceAllString(cliWords.Replace(s), "$1$2")
-}
-
-func toolErrorOf(err error) *toolError {
+	var ae *argError
+	if errors.As(err, &ae) {
+		return &toolError{Code: string(keyd.CodeInvalidParams), Message: ae.text.render(toolStyle), Fix: ae.hint}
+	}
 	var ke *keyd.Error
 	if errors.As(err, &ke) {
-		e := &toolError{Code: string(ke.Code), Message: ke.Message, Rule: ke.Rule, Fix: ke.Fix}
-		var ee *exitError
-		// daemonError adds the CLI's hints: one wording for both bindings.
-		if e.Fix == "" && errors.As(daemonError(err), &ee) {
-			e.Fix = ee.hint
-		}
-		return e
+		return &toolError{Code: string(ke.Code), Message: ke.Message, Rule: ke.Rule, Fix: refusalFix(ke)}
 	}
 	e := &toolError{Code: string(keyd.CodeInvalidParams), Message: err.Error()}
 	var ee *exitError
@@ -237,6 +217,31 @@ func toolErrorOf(err error) *toolError {
 		e.Code, e.Message = "cancelled", "the call was cancelled; the request was withdrawn"
 	}
 	return e
+}
+
+// refusalFix says what an agent that calls the tools can do about a daemon
+// refusal, chosen by its code: the daemon's own fix, except where that fix
+// names a command line that the tools replace, or where there is none.
+func refusalFix(e *keyd.Error) string {
+	switch e.Code {
+	case keyd.CodeForbidden:
+		if e.Rule != "" {
+			// A policy rule refused: the daemon's fix names the CLI's
+			// explain command.
+			return "see what the policy would allow with parley_explain (same arguments)"
+		}
+	case keyd.CodeDenied:
+		if e.Fix == "" {
+			return "the human said no; ask for less, or tell them first why you need it"
+		}
+	case keyd.CodeTimeout:
+		return "nobody decided in time; ask again, show the human the match code, and have them run: parley-grant pending, then parley-grant approve ID"
+	case keyd.CodeLimit:
+		if e.Fix == "" && e.Retry > 0 {
+			return fmt.Sprintf("try again in %d s", e.Retry)
+		}
+	}
+	return e.Fix
 }
 
 // textResult is a result whose content is text for the model.
@@ -676,7 +681,7 @@ func (t *mcpTools) attenuate(ctx context.Context, req *mcp.CallToolRequest, in a
 		return nil, out, toToolError(err)
 	}
 	out = attenuateOutput{Token: next.Encode(), GrantID: next.ID(), Holder: next.Holder(), Blocks: len(next.Blocks),
-		Added: caveatWords(cavs), Warnings: narrowWarnings(tok, cavs, now.Unix())}
+		Added: caveatWords(cavs), Warnings: narrowWarnings(tok, cavs, now.Unix(), toolStyle)}
 	text := fmt.Sprintf("Narrowed grant %s for %s (%d blocks). Added: %s.\n", out.GrantID, out.Holder, out.Blocks, strings.Join(out.Added, "; "))
 	if len(cavs) == 0 {
 		text += "Warning: no caveats given, so the new grant can do all yours can.\n"

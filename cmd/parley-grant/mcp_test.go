@@ -227,6 +227,11 @@ func TestMCPTools(t *testing.T) {
 		if !strings.HasPrefix(text, "invalid_params: exp: ") || strings.Contains(text, "--") {
 			t.Errorf("%q does not name the argument as the tool calls it", text)
 		}
+		// A message about two arguments names both as the tool calls them.
+		text = toolErr(t, s.call(t, "parley_request_grant", map[string]any{"exp": "1h", "nbf": "2h"}, nil), "invalid_params")
+		if !strings.HasPrefix(text, "invalid_params: nbf ") || !strings.Contains(text, " is not before exp ") || strings.Contains(text, "--") {
+			t.Errorf("%q does not name the arguments as the tool calls them", text)
+		}
 		toolErr(t, s.call(t, "parley_inspect", map[string]any{"token": "pg1.AAAA"}, nil), "invalid_params")
 		// Arguments the input schema refuses never reach the tool, and are
 		// refused in the same form.
@@ -279,6 +284,13 @@ func TestMCPTools(t *testing.T) {
 		sub := newTestKey(t)
 		var at attenuateOutput
 		ok(t, s.call(t, "parley_attenuate", map[string]any{"token": g, "to": pubOf(sub), "verbs": []string{"ASK"}}, nil), &at)
+		// A caveat that narrows nothing is a warning that names the
+		// argument as the tool calls it.
+		var wide attenuateOutput
+		ok(t, s.call(t, "parley_attenuate", map[string]any{"token": g, "to": pubOf(sub), "exp": "2h"}, nil), &wide)
+		if len(wide.Warnings) != 1 || !strings.HasPrefix(wide.Warnings[0], "exp ") || !strings.Contains(wide.Warnings[0], "narrows nothing") {
+			t.Errorf("warnings %q", wide.Warnings)
+		}
 		var in inspectOutput
 		ok(t, s.call(t, "parley_inspect", map[string]any{"token": at.Token}, nil), &in)
 		if at.Blocks != 2 || in.Holder != pubOf(sub) || !in.ChainOK || len(in.Blocks) != 2 || in.Issuer != d.srv.Principal() {
