@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -65,7 +66,7 @@ Example client configuration:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := interruptible()
 			defer cancel()
-			err := newMCPServer(keyPath).Run(ctx, &mcp.StdioTransport{})
+			err := newMCPServer(keyPath).Run(ctx, &stdioTransport{in: os.Stdin, out: os.Stdout})
 			if err != nil && ctx.Err() == nil {
 				return fail(fmt.Errorf("mcp: %w", err), "")
 			}
@@ -129,18 +130,32 @@ func newMCPServer(keyPath string) *mcp.Server {
 		Description: "Sign the proof of possession that must go with grants in a Parley request (§6.5), with this " +
 			"agent's key: {key, ts, sig}, accepted for 300 s. aud is the service id. target depends on verb: " +
 			"COMMIT the proposal hash; UNDO the receipt id; ASK and INTENT the capability; EXPAND the handle."}, t.proof)
-	s.AddReceivingMiddleware(codeEveryToolError)
+	s.AddReceivingMiddleware(guardToolCalls)
 	return s
 }
 
-// codeEveryToolError gives the tool errors that the SDK makes itself, for
-// arguments that do not fit a tool's input schema, the same first line as
-// the tools' own: "invalid_params: …".
-func codeEveryToolError(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		res, err := next(ctx, method, req)
+// guardToolCalls keeps every tool call an answer in the tools' own form. A
+// call the SDK refuses before any tool runs (a name no tool has, params that
+// are not an object) stays the SDK's JSON-RPC error; a tool error the SDK
+// makes itself, for arguments that do not fit a tool's input schema, gets
+// the first line the tools' own have ("invalid_params: …"); and a panic in
+// a tool becomes an "internal" tool error rather than the end of the server
+// and of every other call.
+func guardToolCalls(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		defer func() {
+			if r := recover(); r != nil {
+				infof("internal error in a tool call: %v", r)
+				res, err = (&toolError{Code: string(keyd.CodeInternal), Message: "parley-grant mcp met a bug in this call; the server goes on",
+					Fix: "report it with the tool name and arguments"}).result(), nil
+			}
+		}()
+		res, err = next(ctx, method, req)
 		r, ok := res.(*mcp.CallToolResult)
-		if !ok || !r.IsError || len(r.Content) != 1 {
+		if !ok || r == nil || !r.IsError || len(r.Content) != 1 {
 			return res, err
 		}
 		var te *toolError
@@ -176,6 +191,13 @@ func (e *toolError) Error() string {
 		fmt.Fprintf(&b, "\nmatch code: %s (request %s)", e.Match, e.Request)
 	}
 	return b.String()
+}
+
+// result returns e as a tool error result.
+func (e *toolError) result() *mcp.CallToolResult {
+	r := &mcp.CallToolResult{}
+	r.SetError(e)
+	return r
 }
 
 // toToolError turns any error of the CLI's helpers or the daemon into a
