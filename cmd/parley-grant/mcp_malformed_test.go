@@ -40,8 +40,12 @@ func TestMCPMalformedCalls(t *testing.T) {
 		{"fail/wrong-type", "parley_request_grant", map[string]any{"can": 5}},
 		{"fail/wrong-type-in-list", "parley_request_grant", map[string]any{"svc": []any{1, true}}},
 		{"fail/missing-required", "parley_inspect", map[string]any{}},
-		{"fail/null-argument", "parley_inspect", map[string]any{"token": nil}},
 		{"fail/extra-argument", "parley_proof", map[string]any{"aud": "a", "verb": "ASK", "target": "x", "evil": "1"}},
+		{"fail/null-argument", "parley_wait", map[string]any{"request": nil}},
+		{"fail/wait-out-of-range", "parley_wait", map[string]any{"request": "r_x", "wait": 3600}},
+		{"fail/wait-negative", "parley_request_grant", map[string]any{"can": []string{"mail.read"}, "wait": -1}},
+		{"fail/wait-not-integer", "parley_request_grant", map[string]any{"wait": 1.5}},
+		{"fail/unknown-request", "parley_wait", map[string]any{"request": "r_none"}},
 		{"fail/huge-string", "parley_inspect", map[string]any{"token": strings.Repeat("A", 2<<20)}},
 	}
 	for _, tc := range cases {
@@ -285,6 +289,7 @@ func TestMCPRawJSONRPC(t *testing.T) {
 		{"fail/wrong-type", `{"name":"parley_inspect","arguments":{"token":5}}`, 0, "invalid_params"},
 		{"fail/extra-argument", `{"name":"parley_status","arguments":{"as":"root"}}`, 0, "invalid_params"},
 		{"fail/bad-caveat", `{"name":"parley_request_grant","arguments":{"exp":"soon"}}`, 0, "invalid_params"},
+		{"fail/no-such-request", `{"name":"parley_wait","arguments":{"request":"r_0"}}`, 0, "not_found"},
 	}
 	for _, tc := range calls {
 		t.Run(tc.name, func(t *testing.T) {
@@ -303,19 +308,36 @@ func TestMCPRawJSONRPC(t *testing.T) {
 	}
 
 	t.Run("ok/cancel-then-call", func(t *testing.T) {
-		// A call that waits for a human, cancelled by the client: its
-		// answer is a tool error, and the calls after it are served: a
-		// second cancel, a cancel of nothing, a status.
+		// A call that waits for a human, cancelled by the client: the
+		// request still waits, and the calls after it are served: a
+		// second cancel, a cancel of nothing, a status, and a wait that
+		// gets the grant once the human approves.
 		id++
 		waitID := id
 		n := r.count()
 		r.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"parley_request_grant","arguments":{"can":["mail.read"]},"_meta":{"progressToken":"pt"}}}`, waitID))
-		r.next(n, "a progress notification", func(m map[string]any) bool { return m["method"] == "notifications/progress" })
+		m, _ := r.next(n, "a progress notification", func(m map[string]any) bool { return m["method"] == "notifications/progress" })
+		p := progressCode.FindStringSubmatch(fmt.Sprint(m["params"].(map[string]any)["message"]))
+		if p == nil {
+			t.Fatalf("progress without the match code: %v", m)
+		}
+		req, code := p[1], p[2]
 		r.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d,"reason":"user stop"}}`, waitID))
 		r.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, waitID))
 		r.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"nobody"}}`)
 		served(t)
-		if text, isErr := toolText(t, r.reply(waitID)); !isErr || !strings.HasPrefix(text, "cancelled: ") {
+		if !isPending(t, d, req) {
+			t.Fatalf("request %s was withdrawn with the call", req)
+		}
+		approve(t, d, req, code, true)
+		id++
+		if text, isErr := toolText(t, r.callTool(id, "parley_wait", map[string]any{"request": req})); isErr || !strings.Contains(text, "token: pg1.") {
+			t.Fatalf("wait after approval: %q", text)
+		}
+		// The cancelled call's answer, if the client still reads it, is a
+		// tool error that says what became of the request.
+		text, isErr := toolText(t, r.reply(waitID))
+		if !isErr || !strings.HasPrefix(text, "cancelled: ") || !strings.Contains(text, "still waits") {
 			t.Errorf("the cancelled call answered %q", text)
 		}
 	})
