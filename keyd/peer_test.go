@@ -18,9 +18,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const (
-	peerTestAgent = "parley-test-agent"
-	peerTestOther = "parley-test-other"
+// The test users of this process (testpeer.Name).
+var (
+	peerTestAgent = testpeer.Name("agent")
+	peerTestOther = testpeer.Name("other")
 )
 
 // TestPeerHelperProcess is not a test: it is the program a peer test runs
