@@ -23,8 +23,17 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: build test lint unit demo install install-docs docs bench fuzz clean
 
+# The binaries carry the VCS revision they were built from (--version):
+# the go tool stamps it when git can read this tree. A GOFLAGS of
+# -buildvcs=false does not apply to these builds; BUILDVCS=false does. Root
+# may not read a clone that another user owns (git's safe.directory), as in
+# sudo make install after make build: this tree, and only for this build,
+# is declared safe, since running its Makefile as root trusts it anyway.
+BUILDVCS ?= $(shell command -v git >/dev/null 2>&1 && echo auto || echo false)
+GOBUILD   = GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0="$(CURDIR)" $(GO) build -buildvcs=$(BUILDVCS)
+
 build:
-	$(GO) build -o bin/ ./cmd/parley-keyd ./cmd/parley-grant
+	$(GOBUILD) -o bin/ ./cmd/parley-keyd ./cmd/parley-grant
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

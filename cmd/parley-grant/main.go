@@ -36,6 +36,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/parley-keyd/parley-keyd/internal/buildinfo"
+	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
 )
 
@@ -104,7 +106,9 @@ Stdout carries only the result; messages go to stderr. Exit codes:
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		Version:           keyd.DaemonVersion,
 	}
+	root.SetVersionTemplate(buildinfo.Text("parley-grant", keyd.DaemonVersion))
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		return usagef("run parley-grant --help for the commands", "no command given")
 	}

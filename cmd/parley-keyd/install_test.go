@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +54,79 @@ func TestMakeInstall(t *testing.T) {
 		out, err := exec.Command(su, "--root="+dest, "--dry-run", filepath.Join(dest, "usr/lib/sysusers.d/parley-keyd.conf")).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Creating user 'parley-keyd'") {
 			t.Errorf("systemd-sysusers: %v\n%s", err, out)
+		}
+	}
+}
+
+// TestVersionFromClone builds the binaries as a new developer would, with
+// make build in a fresh clone of this repository, and checks that --version
+// names the commit they were built from. (A test binary, or a build in a git
+// worktree, which the go tool does not recognize, carries no revision.)
+func TestVersionFromClone(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"git", "make"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testpeer.Unavailable(t, "needs "+tool+" to build from a clone")
+		}
+	}
+	head, err := exec.Command("git", "-C", "../..", "rev-parse", "HEAD").Output()
+	if err != nil {
+		testpeer.Unavailable(t, "needs a git checkout of the repository: "+err.Error())
+	}
+	rev := strings.TrimSpace(string(head))
+	clone := filepath.Join(t.TempDir(), "parley-keyd")
+	if out, err := exec.Command("git", "clone", "--quiet", "../..", clone).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("git", "-C", clone, "checkout", "--quiet", rev).CombinedOutput(); err != nil {
+		t.Fatalf("git checkout: %v\n%s", err, out)
+	}
+	// The tree under test, uncommitted changes included: the build then
+	// says it was modified, as it should.
+	files, err := exec.Command("git", "-C", "../..", "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Split(strings.TrimRight(string(files), "\x00"), "\x00") {
+		data, err := os.ReadFile(filepath.Join("../..", f))
+		if errors.Is(err, os.ErrNotExist) {
+			os.Remove(filepath.Join(clone, f))
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if old, err := os.ReadFile(filepath.Join(clone, f)); err == nil && bytes.Equal(old, data) {
+			continue
+		}
+		os.MkdirAll(filepath.Dir(filepath.Join(clone, f)), 0o755)
+		if err := os.WriteFile(filepath.Join(clone, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status, err := exec.Command("git", "-C", clone, "status", "--porcelain").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	modified := len(status) > 0
+	// The developer's GOFLAGS (this machine's may say -buildvcs=false)
+	// must not keep make build from stamping.
+	build := exec.Command("make", "-C", clone, "build")
+	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	for _, bin := range []string{"parley-keyd", "parley-grant"} {
+		out, err := exec.Command(filepath.Join(clone, "bin", bin), "--version").Output()
+		if err != nil {
+			t.Fatalf("%s --version: %v", bin, err)
+		}
+		lines := strings.Split(string(out), "\n")
+		if len(lines) < 4 || lines[0] != bin+" 0.1.0" ||
+			!strings.HasPrefix(lines[1], "module   github.com/parley-keyd/parley-keyd v") || !strings.Contains(lines[1], rev[:12]) ||
+			!strings.HasPrefix(lines[2], "revision "+rev+" (") || strings.HasSuffix(lines[2], ", modified)") != modified ||
+			!strings.HasPrefix(lines[3], "go       go1.") {
+			t.Errorf("%s --version:\n%s\nwant module and revision %s, modified %v", bin, out, rev, modified)
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/parley-keyd/parley-keyd/internal/buildinfo"
+	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
 )
 
@@ -76,7 +78,9 @@ func newRootCmd() *cobra.Command {
 		Short:         "Hold a Parley principal key and issue grants to agents",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       keyd.DaemonVersion,
 	}
+	root.SetVersionTemplate(buildinfo.Text("parley-keyd", keyd.DaemonVersion))
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newInitCmd(), newPubkeyCmd(), newServeCmd(), newAuditCmd(), newPolicyCmd(), newDemoCmd(), newPairCmd(), newDevicesCmd(), newGendocsCmd())
 	return root
