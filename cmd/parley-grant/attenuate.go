@@ -95,7 +95,7 @@ Example: give a sub-agent read-only use of the calendar for ten minutes:
 	fs.StringVar(&to, "to", "", "the public key of the new holder, ed25519:… (required)")
 	fs.StringVar(&keyPath, "key", "", "your agent key file, the grant's holder (default $PARLEY_AGENT_KEY, else ~/.config/parley/agent.key)")
 	fs.StringVar(&nowFlag, "now", "", nowUsage)
-	cf.register(fs, true)
+	cf.register(cmd, true)
 	return cmd
 }
 

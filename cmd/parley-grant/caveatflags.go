@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 )
 
 // caveatFlags holds the command-line form of the caveats of §6.3, shared by
@@ -90,9 +90,11 @@ func badArg(hint, format string, args ...any) error {
 	return usage(&argError{text: argf(format, args...), hint: hint}, hint)
 }
 
-// register adds the caveat flags to fs. withOnly adds --only, which only
-// makes sense where a grant for one proposal can be asked for.
-func (f *caveatFlags) register(fs *pflag.FlagSet, withOnly bool) {
+// register adds the caveat flags to cmd, with the completion of their
+// values. withOnly adds --only, which only makes sense where a grant for one
+// proposal can be asked for.
+func (f *caveatFlags) register(cmd *cobra.Command, withOnly bool) {
+	fs := cmd.Flags()
 	fs.StringSliceVar(&f.svc, "svc", nil, "only at these services (repeatable, or comma-separated): the svc caveat")
 	fs.StringSliceVar(&f.verbs, "verbs", nil, "only these verbs, such as ASK,INTENT,COMMIT: the verbs caveat")
 	fs.StringSliceVar(&f.can, "can", nil, "only capabilities matching these patterns, such as 'calendar.*' (repeatable): the can caveat")
@@ -105,6 +107,8 @@ func (f *caveatFlags) register(fs *pflag.FlagSet, withOnly bool) {
 		f.withOnly = true
 		fs.StringVar(&f.only, "only", "", "COMMIT only the proposal with this hash (see parley-grant hash)")
 	}
+	cmd.RegisterFlagCompletionFunc("verbs", completeVerbs)
+	cmd.RegisterFlagCompletionFunc("risk", completeRisk)
 }
 
 // caveats returns the caveats the flags ask for, in the order svc, verbs,

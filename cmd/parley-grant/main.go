@@ -103,10 +103,9 @@ proofs of possession (proof), and computes proposal hashes and Lens text
 Stdout carries only the result; messages go to stderr. Exit codes:
 0 ok, 1 failure, 2 usage, 3 unauthorized, 4 forbidden, 5 consent required,
 6 denied, 7 timed out, 8 daemon unreachable, 9 rate limited.`,
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
-		Version:           keyd.DaemonVersion,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       keyd.DaemonVersion,
 	}
 	root.SetVersionTemplate(buildinfo.Text("parley-grant", keyd.DaemonVersion))
 	root.RunE = func(cmd *cobra.Command, args []string) error {
