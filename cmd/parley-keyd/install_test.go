@@ -6,19 +6,34 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 )
 
-// TestMakeInstall installs into a DESTDIR and checks what landed where, and
-// that systemd-sysusers accepts the sysusers.d file.
+// TestMakeInstall installs into a DESTDIR and checks what landed where, that
+// systemd-sysusers accepts the sysusers.d file, and that every
+// Documentation= of the units names a page that was installed; then
+// uninstalls and checks that exactly what install put is gone.
 func TestMakeInstall(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		testpeer.Unavailable(t, "needs make")
 	}
 	dest := t.TempDir()
+	// Files of other packages in the same folders, which uninstall must
+	// leave alone.
+	others := []string{"usr/bin/parley-other", "usr/share/man/man8/parley-keyd-other.8", "usr/share/man/man5/other.conf.5",
+		"usr/lib/systemd/system/other.service", "usr/share/bash-completion/completions/parley"}
+	for _, f := range others {
+		os.MkdirAll(filepath.Dir(filepath.Join(dest, f)), 0o755)
+		if err := os.WriteFile(filepath.Join(dest, f), []byte("not ours\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := treeFiles(t, dest)
 	cmd := exec.Command("make", "-C", "../..", "install", "DESTDIR="+dest, "PREFIX=/usr")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make install: %v\n%s", err, out)
@@ -29,11 +44,38 @@ func TestMakeInstall(t *testing.T) {
 		"usr/lib/sysusers.d/parley-keyd.conf", "usr/lib/tmpfiles.d/parley-keyd.conf",
 		"usr/lib/systemd/user/parley-grant-approver.service",
 		"usr/share/man/man1/parley-grant.1", "usr/share/man/man8/parley-keyd.8",
+		"usr/share/man/man5/parley-keyd-config.toml.5", "usr/share/man/man5/parley-keyd-policy.toml.5",
 		"usr/share/bash-completion/completions/parley-grant", "usr/share/zsh/site-functions/_parley-keyd",
 		"usr/share/fish/vendor_completions.d/parley-grant.fish",
 	} {
 		if _, err := os.Stat(filepath.Join(dest, f)); err != nil {
 			t.Errorf("not installed: %s", f)
+		}
+	}
+	// Every man: page a unit names for documentation is installed
+	// (systemctl help opens them).
+	docRef := regexp.MustCompile(`^man:([a-z0-9._-]+)\(([1-9])\)$`)
+	for _, unit := range []string{"usr/lib/systemd/system/parley-keyd.service", "usr/lib/systemd/system/parley-keyd.socket",
+		"usr/lib/systemd/user/parley-grant-approver.service"} {
+		data, _ := os.ReadFile(filepath.Join(dest, unit))
+		var refs []string
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "Documentation="); ok {
+				refs = append(refs, strings.Fields(v)...)
+			}
+		}
+		if len(refs) == 0 {
+			t.Errorf("%s has no Documentation=", unit)
+		}
+		for _, ref := range refs {
+			m := docRef.FindStringSubmatch(ref)
+			if m == nil {
+				t.Errorf("%s: Documentation=%s is not a man: page", unit, ref)
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(dest, "usr/share/man", "man"+m[2], m[1]+"."+m[2])); err != nil {
+				t.Errorf("%s: Documentation=%s names a page that is not installed", unit, ref)
+			}
 		}
 	}
 	unit, _ := os.ReadFile(filepath.Join(dest, "usr/lib/systemd/system/parley-keyd.service"))
@@ -56,6 +98,41 @@ func TestMakeInstall(t *testing.T) {
 			t.Errorf("systemd-sysusers: %v\n%s", err, out)
 		}
 	}
+
+	// Uninstall: what install put is gone, nothing else, and the output
+	// says what it kept.
+	cmd = exec.Command("make", "-C", "../..", "uninstall", "DESTDIR="+dest, "PREFIX=/usr")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make uninstall: %v\n%s", err, out)
+	}
+	if after := treeFiles(t, dest); !slices.Equal(after, before) {
+		t.Errorf("after uninstall the tree holds %q, want what was there before install, %q", after, before)
+	}
+	for _, kept := range []string{"/var/lib/parley-keyd", "/etc/parley-keyd", "the user parley-keyd"} {
+		if !strings.Contains(string(out), kept) {
+			t.Errorf("make uninstall does not say it kept %s:\n%s", kept, out)
+		}
+	}
+}
+
+// treeFiles lists the files under dir (not folders), relative to it.
+func treeFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		out = append(out, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // TestVersionFromClone builds the binaries as a new developer would, with

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -37,5 +44,65 @@ func TestScripts(t *testing.T) {
 			env.Setenv("PARLEY_KEYD_STATE", env.WorkDir+"/state")
 			return nil
 		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"rc":       cmdRC,
+			"mkaudit":  cmdMkaudit,
+			"dropline": cmdDropline,
+		},
 	})
+}
+
+// cmdRC runs a program and checks its exit code: rc CODE PROG [ARGS...].
+// Its stdout and stderr are then checked like those of exec.
+func cmdRC(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: rc CODE PROG [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("rc: bad code %q", args[0])
+	}
+	err = ts.Exec(args[1], args[2:]...)
+	got := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		got = ee.ExitCode()
+	case err != nil:
+		ts.Fatalf("rc: %v", err)
+	}
+	if got != want {
+		ts.Fatalf("exit code %d, want %d", got, want)
+	}
+}
+
+// cmdMkaudit writes an audit log of N records, as the daemon writes them:
+// mkaudit FILE N.
+func cmdMkaudit(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: mkaudit FILE N")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	l, err := keyd.OpenAudit(ts.MkAbs(args[0]))
+	ts.Check(err)
+	for i := range n {
+		_, err := l.Append(keyd.AuditRecord{Kind: "policy-reload", Decision: "loaded", Message: fmt.Sprintf("record %d", i)})
+		ts.Check(err)
+	}
+	ts.Check(l.Close())
+}
+
+// cmdDropline removes line N (from 1) of a file: dropline FILE N.
+func cmdDropline(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: dropline FILE N")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	lines := strings.SplitAfter(ts.ReadFile(args[0]), "\n")
+	if n < 1 || n > len(lines) {
+		ts.Fatalf("dropline: %s has no line %d", args[0], n)
+	}
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]), []byte(strings.Join(slices.Delete(lines, n-1, n), "")), 0o600))
 }
