@@ -1,6 +1,7 @@
 # parley-keyd build, test and install.
 #   make build     binaries into ./bin
-#   make test      every test, with the race detector, plus gofmt, vet and staticcheck
+#   make test      gofmt, vet, staticcheck, then every test with the race detector;
+#                  prints failures, skipped tests and a count
 #   make demo      the quickstart: a daemon on ./demo-state, terminal approval
 #   make install   binaries, systemd units, sysusers/tmpfiles, man pages, completions (DESTDIR, PREFIX)
 #   make uninstall removes what install put; keeps the state, the configuration and the user
@@ -38,11 +39,16 @@ build:
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(STATICCHECK) ./...
+	@$(GO) vet ./...
+	@$(STATICCHECK) ./...
 
+# Every test with the race detector, through internal/testsummary: failures
+# in full as they come, then one line per skipped test with the peer it
+# lacked, and a count; nothing else. The exit status is go test's. (Built,
+# not go run, which would turn every status into 1.)
 unit:
-	$(GO) test -race -count=1 ./...
+	@$(GO) build -o bin/testsummary ./internal/testsummary
+	@bin/testsummary -race -count=1 ./...
 
 test: lint unit
 
