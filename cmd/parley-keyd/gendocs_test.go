@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,10 @@ import (
 	"github.com/parley-keyd/parley-keyd/internal/clidocs/clidocstest"
 	"github.com/parley-keyd/parley-keyd/keyd"
 )
+
+// keyd.Duration reads itself from text, as every value type of the file
+// must for TestFilePages to tell values from tables.
+var _ encoding.TextUnmarshaler = (*keyd.Duration)(nil)
 
 // TestGendocs checks the man pages and completions that make install
 // installs: one page per visible command, and completions that offer every
@@ -52,6 +57,7 @@ func TestFilePages(t *testing.T) {
 
 	config := page("parley-keyd-config.toml")
 	var keys []string
+	text := reflect.TypeFor[encoding.TextUnmarshaler]()
 	var walk func(t reflect.Type, prefix string)
 	walk = func(typ reflect.Type, prefix string) {
 		for f := range typ.Fields() {
@@ -59,11 +65,13 @@ func TestFilePages(t *testing.T) {
 			if tag == "" || tag == "-" {
 				continue
 			}
-			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[keyd.Duration]() {
-				if !strings.Contains(config, "["+tag+"]") {
-					t.Errorf("the configuration page has no section [%s]", tag)
+			// A struct is a table, unless it reads itself from text (a
+			// duration).
+			if f.Type.Kind() == reflect.Struct && !reflect.PointerTo(f.Type).Implements(text) {
+				if !strings.Contains(config, "["+prefix+tag+"]") {
+					t.Errorf("the configuration page has no section [%s%s]", prefix, tag)
 				}
-				walk(f.Type, tag+".")
+				walk(f.Type, prefix+tag+".")
 				continue
 			}
 			keys = append(keys, prefix+tag)
