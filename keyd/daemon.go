@@ -61,7 +61,7 @@ type Daemon struct {
 	opts Options
 	log  *audit.Log // nil when Options.Audit was given
 
-	mu     sync.Mutex
+	logMu  sync.Mutex // guards closed
 	closed bool
 }
 
@@ -277,7 +277,7 @@ func (d *Daemon) Reload() error {
 	}
 	if err != nil {
 		d.logf("reload refused, keeping the current configuration and policy: %v", err)
-		d.auditBestEffort(audit.Record{Kind: audit.KindPolicyReload, Decision: "refused", Message: err.Error()})
+		d.auditRefusal(audit.Record{Kind: audit.KindPolicyReload, Decision: "refused", Message: err.Error()})
 		return err
 	}
 	d.swap(cfg, pol)
@@ -286,13 +286,13 @@ func (d *Daemon) Reload() error {
 		// The signer is opened once, at start (docs/key-service.md).
 		d.logf("the [key] table changed; the signer in use stays until the daemon restarts")
 	}
-	d.auditBestEffort(audit.Record{Kind: audit.KindPolicyReload, Decision: "loaded", Message: cfg.PolicyPath()})
+	d.auditRefusal(audit.Record{Kind: audit.KindPolicyReload, Decision: "loaded", Message: cfg.PolicyPath()})
 	return nil
 }
 
 func (d *Daemon) closeLog() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.logMu.Lock()
+	defer d.logMu.Unlock()
 	if d.log != nil && !d.closed {
 		d.closed = true
 		d.log.Close()

@@ -27,30 +27,32 @@ var manifestVerbs = []protocol.ManifestVerb{
 	{Name: protocol.VerbWatch, Role: "approver", Summary: "Stream pending requests and their ends as EVENTs."},
 }
 
-func (c *conn) hello(f *protocol.Frame) (*protocol.Frame, error) {
-	cfg := c.s.cfg.Load()
-	r := cfg.roles(c.id)
-	pol := c.s.policy.Load()
+// hello answers HELLO with the daemon's manifest for this caller.
+func (s *Server) hello(req *request) (*protocol.Frame, error) {
+	cfg := s.cfg.Load()
+	r := req.caller.Roles
+	id := req.caller.Identity
+	pol := s.policy.Load()
 	m := protocol.Manifest{
 		Service: protocol.ManifestService{ID: "parley-keyd", Name: "parley-keyd",
 			Summary: "Holds the principal key; issues attenuated and consent grants by policy and human approval."},
-		Version: protocol.DaemonVersion, Protocol: protocol.Version, Principal: c.s.principal,
+		Version: protocol.DaemonVersion, Protocol: protocol.Version, Principal: s.principal,
 		Limits: protocol.ManifestLimits{Frame: protocol.MaxFrame, Inflight: maxInflight, Caveats: grant.MaxRequestCaveats,
 			ApprovalTimeout: int(cfg.ApprovalTimeout.Seconds()), ProofWindow: 300},
-		Channels: c.s.channels(),
-		Caller:   protocol.ManifestCaller{User: c.id.User, UID: c.id.UID, PID: c.id.PID, Weak: r.Weak},
+		Channels: s.channels(),
+		Caller:   protocol.ManifestCaller{User: id.User, UID: id.UID, PID: id.PID, Weak: r.Weak},
 	}
 	if r.Agent {
 		m.Caller.Roles = append(m.Caller.Roles, "agent")
-		if name, ok := pol.AgentFor(c.caller("")); ok {
+		if name, ok := pol.AgentFor(req.caller.policy("")); ok {
 			m.Caller.Agent = name
 			m.Limits.MaxPending = pol.MaxPending(name)
 		}
-		m.May = pol.Allowed(c.caller(""))
+		m.May = pol.Allowed(req.caller.policy(""))
 	}
 	if r.Approver {
 		m.Caller.Roles = append(m.Caller.Roles, "approver")
-		m.Key = c.keyStatus()
+		m.Key = s.keyStatus(req.ctx)
 	}
 	for _, v := range manifestVerbs {
 		if v.Role == "any" || (v.Role == "agent" && r.Agent) || (v.Role == "approver" && r.Approver) {
@@ -84,19 +86,19 @@ const keyCheckTimeout = 5 * time.Second
 
 // keyStatus describes the signer and checks, within keyCheckTimeout, that it
 // answers, when the signer can tell (the backends of keyd/signer can).
-func (c *conn) keyStatus() *protocol.ManifestKey {
-	h, ok := c.s.signer.(signer.Health)
+func (s *Server) keyStatus(ctx context.Context) *protocol.ManifestKey {
+	h, ok := s.signer.(signer.Health)
 	if !ok {
 		return nil
 	}
 	d := h.Describe()
 	k := &protocol.ManifestKey{Backend: d.Backend, Key: d.Key, Version: d.Version, Answers: true}
-	ctx, cancel := context.WithTimeout(c.ctx, keyCheckTimeout)
+	ctx, cancel := context.WithTimeout(ctx, keyCheckTimeout)
 	defer cancel()
 	if err := h.Check(ctx); err != nil {
 		var u *signer.UnavailableError
 		k.Answers = !errors.As(err, &u)
-		k.Problem = boundedString(err.Error(), 500)
+		k.Problem = shortErr(err)
 	}
 	return k
 }

@@ -1,77 +1,228 @@
 package keyd
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
-	"sync"
-
-	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
-type handlerFunc func(c *conn, f *protocol.Frame) (*protocol.Frame, error)
+// The request pipeline. Handle takes one request from any transport (the
+// socket, the phone page) with the caller the transport identified, runs it
+// through the steps of its verb, and writes exactly one audit record for it,
+// whatever the outcome (DESIGN.md property 11):
+//
+//	validate → prove → decide → (ask a human) → sign → record → reply
+//
+// Every step is a function of the request alone; nothing here reads a
+// socket, so the pipeline is tested without one.
 
-func (s *Server) handler(verb string) handlerFunc {
+// request is one request on its way through the pipeline, with the record
+// that will be written for it.
+type request struct {
+	ctx    context.Context // ends when the requester goes away, which withdraws it
+	caller Caller
+	f      *protocol.Frame
+	events func(message string, data any) // non-final replies; nil drops them
+	rec    audit.Record
+	// issued is set once a grant was signed: its record must be durable
+	// before the reply leaves (property 2).
+	issued bool
+	// approval is the human's approval of this request, told at the end
+	// whether the grant was issued (Approval.settle).
+	approval *Approval
+}
+
+func (r *request) event(message string, data any) {
+	if r.events != nil {
+		r.events(message, data)
+	}
+}
+
+// AuditSink is where the daemon records every request. Append returns only
+// once the record is durable; the daemon releases a grant only after that.
+type AuditSink interface {
+	Append(rec audit.Record) (uint64, error)
+}
+
+// folder is an AuditSink that folds repeats of a refusal into one counted
+// record (audit.Log.AppendFolded), so that a flood of identical refusals
+// does not flood the log, and none is dropped without a count.
+type folder interface {
+	AppendFolded(rec audit.Record) (uint64, bool, error)
+}
+
+// knownVerb reports whether verb is one the pipeline answers.
+func knownVerb(verb string) bool {
 	switch verb {
+	case protocol.VerbHello, protocol.VerbGrant, protocol.VerbExplain, protocol.VerbConsent,
+		protocol.VerbPending, protocol.VerbApprove, protocol.VerbDeny, protocol.VerbWatch:
+		return true
+	}
+	return false
+}
+
+// Handle runs one request from caller through the pipeline and returns its
+// final reply or the refusal. events receives the non-final replies (the
+// match code while a human decides). ctx ends when the requester goes away:
+// a request waiting for a human is then withdrawn.
+//
+// Handle writes exactly one audit record for the request. A reply carrying
+// a grant is returned only once that record is durable; if it cannot be
+// written, the grant is dropped and the request refused with "unavailable".
+func (s *Server) Handle(ctx context.Context, caller Caller, f *protocol.Frame, events func(message string, data any)) (*protocol.Frame, error) {
+	r := &request{ctx: ctx, caller: caller, f: f, events: events,
+		rec: audit.Record{RequestID: newRequestID(), Verb: f.Verb, Caller: caller.audit()}}
+	reply, err := s.run(r)
+	return s.finish(r, reply, err)
+}
+
+func (s *Server) run(r *request) (*protocol.Frame, error) {
+	switch r.f.Verb {
 	case protocol.VerbHello:
-		return (*conn).hello
+		return s.hello(r)
 	case protocol.VerbGrant:
-		return (*conn).grantVerb
+		return s.grantRequest(r)
 	case protocol.VerbExplain:
-		return (*conn).explain
+		return s.explain(r)
 	case protocol.VerbConsent:
-		return (*conn).consent
+		return s.consent(r)
 	case protocol.VerbPending:
-		return (*conn).pending
+		return s.pending(r)
 	case protocol.VerbApprove:
-		return (*conn).approve
+		return s.decide(r, true)
 	case protocol.VerbDeny:
-		return (*conn).deny
+		return s.decide(r, false)
 	case protocol.VerbWatch:
-		return (*conn).watch
+		return s.watch(r)
+	}
+	return nil, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("unknown verb %q", r.f.Verb),
+		Fix: "send HELLO to list the verbs"}
+}
+
+// finish is the pipeline's one exit: it completes the request's record from
+// the outcome and writes it.
+func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol.Frame, error) {
+	rec := &r.rec
+	if err == nil && r.issued {
+		// Property 2: the grant leaves only once its record is durable.
+		if _, aerr := s.audit.Append(*rec); aerr != nil {
+			s.logf("audit append failed, grant %s discarded: %v", rec.GrantID, aerr)
+			reply, err = nil, s.unavailableAudit(aerr)
+		}
+		r.settle(err)
+		return reply, err
+	}
+	switch {
+	case err != nil:
+		var e *protocol.Error
+		if !errors.As(err, &e) {
+			// A bug, or a failure the requester need not read: the detail
+			// goes to the record and the log, a plain refusal to the wire.
+			s.logf("%s %s from %s: %v", r.f.Verb, rec.RequestID, r.caller.name(), err)
+			if rec.Message == "" {
+				rec.Message = err.Error()
+			}
+			e = &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}
+			err = e
+		}
+		if rec.Kind == "" {
+			// The step that refused set no kind of its own (a policy
+			// refusal does): the code says what happened.
+			rec.Kind, rec.Decision = refusalKind(r.f.Verb, e.Code), string(e.Code)
+		}
+		if rec.Message == "" {
+			rec.Message = e.Message
+		}
+	case rec.Kind == "":
+		rec.Kind = audit.KindRequest
+		if rec.Decision == "" {
+			rec.Decision = "ok"
+		}
+	}
+	s.auditRefusal(*rec)
+	r.settle(err)
+	return reply, err
+}
+
+// settle tells the human who approved r how it ended.
+func (r *request) settle(err error) {
+	if r.approval != nil {
+		r.approval.settle(err)
+	}
+}
+
+// refusalKind is the record kind of a request that ended without a grant.
+func refusalKind(verb string, code protocol.Code) string {
+	switch {
+	case code == protocol.CodeTimeout:
+		return audit.KindTimeout
+	case code == codeWithdrawn:
+		return audit.KindWithdrawn
+	case code == protocol.CodeInternal:
+		return audit.KindError
+	case verb == protocol.VerbGrant || verb == protocol.VerbConsent:
+		return audit.KindDeny
+	case verb == protocol.VerbApprove || verb == protocol.VerbDeny:
+		return audit.KindDecide
+	}
+	return audit.KindRequest
+}
+
+// auditRefusal records a request that issued nothing. Its refusal stands
+// whether or not the record could be written; a failure is logged.
+// Identical repeats are folded into counted records, never dropped.
+func (s *Server) auditRefusal(rec audit.Record) {
+	var err error
+	if f, ok := s.audit.(folder); ok {
+		_, _, err = f.AppendFolded(rec)
+	} else {
+		_, err = s.audit.Append(rec)
+	}
+	if err != nil {
+		s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, err)
+	}
+}
+
+func (s *Server) unavailableAudit(err error) error {
+	e := &protocol.Error{Code: protocol.CodeUnavailable, Message: "the audit log cannot be written, so no grant was issued",
+		Fix: "an admin checks the state folder's disk space and permissions", Retry: 5}
+	var v *audit.VanishedError
+	if errors.As(err, &v) {
+		e.Message = "the audit log was moved, removed or truncated under the daemon, so no grant was issued"
+		e.Fix = "an admin restores the log, or makes the daemon start a new segment with: systemctl reload parley-keyd"
+	}
+	return e
+}
+
+func (r *request) requireAgent() error {
+	if !r.caller.Roles.Agent {
+		return &protocol.Error{Code: protocol.CodeForbidden,
+			Message: fmt.Sprintf("%s may approve but not ask for grants (%s)", r.caller.name(), r.f.Verb)}
 	}
 	return nil
 }
 
-func (c *conn) requireAgent(verb string) error {
-	if !c.role().Agent {
-		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("user %s may approve but not ask for grants (%s)", c.id.User, verb)}
-	}
-	return nil
-}
-
-func (c *conn) requireApprover(verb string) error {
+func (r *request) requireApprover() error {
 	// Property 4: an agent cannot approve its own request. The role comes
 	// from the kernel's uid, never from the frame.
-	if !c.role().Approver {
-		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("user %s is an agent and may not %s requests", c.id.User, strings.ToLower(verb)),
-			Fix: "a human approves with parley-grant approve, as a user listed in access.approver_users"}
+	if !r.caller.Roles.Approver {
+		return &protocol.Error{Code: protocol.CodeForbidden,
+			Message: fmt.Sprintf("%s is an agent and may not use %s", r.caller.name(), r.f.Verb),
+			Fix:     "a human does that with parley-grant, as a user listed in access.approver_users"}
 	}
 	return nil
-}
-
-func (c *conn) caller(holder string) policies.Caller {
-	return policies.Caller{UID: c.id.UID, GID: c.id.GID, User: c.id.User, Groups: c.id.Groups,
-		GroupIDs: c.id.GroupIDs, Exe: c.id.Exe, Unit: c.id.Unit, HolderKey: holder}
-}
-
-func (c *conn) auditCaller() *audit.Caller {
-	return &audit.Caller{UID: c.id.UID, GID: c.id.GID, PID: c.id.PID, User: c.id.User, Exe: c.id.Exe, Unit: c.id.Unit}
-}
-
-func (c *conn) view() protocol.CallerView {
-	return protocol.CallerView{User: c.id.User, UID: c.id.UID, PID: c.id.PID, Exe: c.id.Exe, Unit: c.id.Unit}
 }
 
 // parseGrantBody validates a GRANT or EXPLAIN body: a holder key and caveats
@@ -140,21 +291,6 @@ func caveatsFromRequest(r policies.Request) []grant.Caveat {
 	return out
 }
 
-// maxAuditField bounds what one request may write into its audit record.
-// Attack: requests with huge caveat lists or summaries that fill the disk,
-// after which every grant is refused.
-const maxAuditField = 4096
-
-// boundedJSON returns raw, or when it is longer than maxAuditField a small
-// object with its size and SHA-256 in its place.
-func boundedJSON(raw json.RawMessage) json.RawMessage {
-	if len(raw) <= maxAuditField {
-		return raw
-	}
-	sum := sha256.Sum256(raw)
-	return mustJSON(map[string]any{"cut": true, "bytes": len(raw), "sha256": base64.RawURLEncoding.EncodeToString(sum[:])})
-}
-
 func mustJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -167,159 +303,140 @@ func caveatsJSON(cavs []grant.Caveat) json.RawMessage {
 	if cavs == nil {
 		cavs = []grant.Caveat{}
 	}
-	b, _ := json.Marshal(cavs)
-	return b
+	return mustJSON(cavs)
 }
 
 // checkProof verifies that the caller holds holder's private key (property 3):
 // a proof by that key over target, for this daemon's audience, within ±300 s.
-func (c *conn) checkProof(f *protocol.Frame, holder, verb, target string, now int64) error {
-	if f.Proof == nil {
+func (s *Server) checkProof(r *request, holder, verb, target string, now int64) error {
+	p := r.f.Proof
+	if p == nil {
 		return &protocol.Error{Code: protocol.CodeUnauthorized, Message: "the request needs a proof that you hold the holder key",
 			Fix: "parley-grant adds it for you; a client signs {aud: principal key, verb, target, ts} (docs/protocol.md)"}
 	}
-	if f.Proof.Key != holder {
+	if p.Key != holder {
 		return &protocol.Error{Code: protocol.CodeUnauthorized, Message: "the proof is made by a different key than the holder"}
 	}
-	if err := grant.VerifyProof(*f.Proof, c.s.principal, verb, target, now); err != nil {
+	if err := grant.VerifyProof(*p, s.principal, verb, target, now); err != nil {
 		return &protocol.Error{Code: protocol.CodeUnauthorized, Message: "the proof of the holder key does not verify: " + shortErr(err)}
 	}
 	return nil
 }
 
-func (c *conn) agentName(pol *policies.Policy, holder string) (string, error) {
-	name, ok := pol.AgentFor(c.caller(holder))
+// agent names the caller's policy agent and takes one request from its rate.
+func (s *Server) agent(r *request, pol *policies.Policy, holder string) (string, error) {
+	name, ok := pol.AgentFor(r.caller.policy(holder))
 	if !ok {
-		return "", &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("the policy names no agent for user %s with this key", c.id.User),
-			Fix: "an admin adds an [[agents]] entry for this user, executable or key to the policy"}
+		return "", &protocol.Error{Code: protocol.CodeForbidden,
+			Message: fmt.Sprintf("the policy names no agent for %s with this key", r.caller.name()),
+			Fix:     "an admin adds an [[agent]] entry for this user, executable or key to the policy"}
+	}
+	if ok, retry := s.limiter.Allow(pol, name, s.now()); !ok {
+		secs := max(int(retry.Seconds()+0.999), 1)
+		return "", &protocol.Error{Code: protocol.CodeLimit, Message: fmt.Sprintf("agent %q is over its request rate", name), Retry: secs}
 	}
 	return name, nil
 }
 
-func (c *conn) rateLimit(pol *policies.Policy, agent string) error {
-	if ok, retry := c.s.limiter.Allow(pol, agent, c.s.now()); !ok {
-		secs := int(retry.Seconds() + 0.999)
-		if secs < 1 {
-			secs = 1
-		}
-		return &protocol.Error{Code: protocol.CodeLimit, Message: fmt.Sprintf("agent %q is over its request rate", agent), Retry: secs}
-	}
-	return nil
-}
-
-// grantVerb runs the pipeline for an attenuated root grant:
-// validate → decide → (approve) → sign → audit → reply.
-func (c *conn) grantVerb(f *protocol.Frame) (_ *protocol.Frame, failed error) {
-	if err := c.requireAgent(f.Verb); err != nil {
+// grantRequest runs the pipeline for an attenuated root grant.
+func (s *Server) grantRequest(r *request) (*protocol.Frame, error) {
+	if err := r.requireAgent(); err != nil {
 		return nil, err
 	}
-	now := c.s.now().Unix()
-	body, holder, req, err := parseGrantBody(f.Grant, now)
+	now := s.now().Unix()
+	body, holder, req, err := parseGrantBody(r.f.Grant, now)
+	r.rec.Holder, r.rec.Requested = body.Holder, caveatsJSON(body.Caveats)
 	if err != nil {
 		return nil, err
 	}
-	digest, err := protocol.GrantDigest(f.Grant)
+	digest, err := protocol.GrantDigest(r.f.Grant)
 	if err != nil {
 		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the \"grant\" object cannot be canonicalized: " + shortErr(err)}
 	}
-	if err := c.checkProof(f, body.Holder, protocol.ProofVerbGrant, digest, now); err != nil {
+	if err := s.checkProof(r, body.Holder, protocol.ProofVerbGrant, digest, now); err != nil {
 		return nil, err
 	}
-	pol := c.s.policy.Load()
-	agent, err := c.agentName(pol, body.Holder)
+	pol := s.policy.Load()
+	agent, err := s.agent(r, pol, body.Holder)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.rateLimit(pol, agent); err != nil {
+	if err := checkBounds(req, pol.Bounds(agent)); err != nil {
 		return nil, err
 	}
-	d := pol.Decide(c.caller(body.Holder), req)
-	rec := audit.Record{Kind: "issue", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: body.Holder,
-		Requested: boundedJSON(caveatsJSON(body.Caveats)), Decision: string(d.Action), DecidedBy: &audit.Decider{Rule: d.Rule}}
-	// fail records a request that ends in an error after it was decided,
-	// so that even an approval that led nowhere is in the log.
-	fail := func(err error) (*protocol.Frame, error) {
-		rec.Kind, rec.Message = audit.KindError, shortErr(err)
-		c.s.auditBestEffort(rec)
-		return nil, err
-	}
+	caller := r.caller.policy(body.Holder)
+	d := pol.Decide(caller, req)
+	r.rec.Decision, r.rec.DecidedBy = string(d.Action), &audit.Decider{Rule: d.Rule}
 	switch d.Action {
 	case policies.Auto:
 	case policies.Ask:
-		view := c.renderGrant(rec.RequestID, agent, body.Holder, d)
-		a, err := c.waitForHuman(f, view, agent, pol.MaxPending(agent), d.Channels, d.Strong)
-		rec.DecidedBy.Approver, rec.DecidedBy.Channel = a.Approver, a.Channel
-		rec.DecidedBy.Strength = strength(a)
-		if err != nil {
-			rec.Kind, rec.Decision, rec.Message = refusalKind(a.Code), string(a.Code), a.Reason
-			c.s.auditBestEffort(rec)
+		view := s.renderGrant(r, r.rec.RequestID, agent, body.Holder, d)
+		// Property 9 of a reload: a waiting request is decided again under
+		// a new policy, and ends only when that policy decides it
+		// differently.
+		redecide := func(p *policies.Policy) *protocol.Error {
+			n := p.Decide(caller, req)
+			if n.Action == d.Action && n.Strong == d.Strong && slices.Equal(n.Channels, d.Channels) &&
+				reflect.DeepEqual(caveatsFromRequest(n.Grant), caveatsFromRequest(d.Grant)) {
+				return nil
+			}
+			if n.Action == policies.Deny {
+				return &protocol.Error{Code: protocol.CodeForbidden, Rule: n.Rule,
+					Message: "the policy was reloaded while the request waited, and it now refuses it: " + n.Reason}
+			}
+			return &protocol.Error{Code: protocol.CodeConflict,
+				Message: "the policy was reloaded while the request waited, and it now decides it differently; ask again"}
+		}
+		if _, err := s.waitForHuman(r, view, agent, pol, d.Channels, d.Strong, redecide); err != nil {
 			return nil, err
 		}
-		defer func() { a.settle(failed) }()
-		// The human approved what the policy in force then decided. If the
-		// policy was reloaded meanwhile, that decision may no longer hold:
-		// fail closed and let the agent ask again.
-		if c.s.policy.Load() != pol {
-			return fail(&protocol.Error{Code: protocol.CodeConflict, Message: "the policy was reloaded while the request waited; ask again"})
-		}
 	default:
-		rec.Kind, rec.Message = "deny", d.Reason
-		c.s.auditBestEffort(rec)
+		r.rec.Kind = audit.KindDeny
 		return nil, &protocol.Error{Code: protocol.CodeForbidden, Rule: d.Rule, Message: d.Reason,
 			Fix: "see what the policy would allow with: parley-grant explain (same flags)"}
 	}
 	cavs := caveatsFromRequest(d.Grant)
 	// Property 3, checked again at the last moment: every issued grant
 	// expires, and carries only well-formed caveats of the spec's kinds.
-	now = c.s.now().Unix()
+	now = s.now().Unix()
 	if d.Grant.Exp <= now {
-		return fail(&protocol.Error{Code: protocol.CodeExpired, Message: "the grant's expiry passed while the request waited"})
+		return nil, &protocol.Error{Code: protocol.CodeExpired, Message: "the grant's expiry passed while the request waited"}
 	}
 	for _, cv := range cavs {
 		if !cv.Known() || cv.Check() != nil {
-			return fail(fmt.Errorf("refusing to sign caveat %s", cv.Name))
+			return nil, fmt.Errorf("refusing to sign caveat %s", cv.Name)
 		}
 	}
 	nonce, err := grant.NewNonce(rand.Reader)
 	if err != nil {
-		return fail(err)
-	}
-	tok, err := grant.Issue(c.s.signer, holder, cavs, now, nonce)
-	if err != nil {
-		return c.signFailed(rec, err)
-	}
-	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), d.Grant.Exp
-	if len(d.Narrowed) > 0 {
-		rec.Message = "narrowed: " + strings.Join(d.Narrowed, "; ")
-	}
-	if err := c.s.commitAudit(rec); err != nil {
 		return nil, err
 	}
-	return grantReply(tok, cavs, d.Grant.Exp, rec, d.Narrowed)
+	tok, err := grant.Issue(s.signer, holder, cavs, now, nonce)
+	if err != nil {
+		return nil, s.signFailed(r, err)
+	}
+	r.issued = true
+	r.rec.Kind, r.rec.Issued, r.rec.GrantID, r.rec.Expiry = audit.KindIssue, caveatsJSON(cavs), tok.ID(), d.Grant.Exp
+	if len(d.Narrowed) > 0 {
+		r.rec.Message = "narrowed: " + strings.Join(d.Narrowed, "; ")
+	}
+	return grantReply(tok, cavs, d.Grant.Exp, r.rec, d.Narrowed)
 }
 
-// signFailed records a grant the signer could not sign, with the signer's
-// detail in the audit record and the daemon's log, and answers the agent. A
-// key service that is down, slow or refusing (signer.UnavailableError) is
-// "unavailable" with a retry hint: the request may succeed later, and the
-// daemon stays up. The agent is not told the key service's addresses.
-func (c *conn) signFailed(rec audit.Record, err error) (*protocol.Frame, error) {
-	rec.Kind, rec.Message = audit.KindError, "signing failed: "+boundedString(err.Error(), 1000)
-	c.s.auditBestEffort(rec)
-	c.s.logf("signing %s failed: %v", rec.RequestID, err)
+// signFailed answers a grant the signer could not sign, with the signer's
+// detail in the audit record and the daemon's log. A key service that is
+// down, slow or refusing (signer.UnavailableError) is "unavailable" with a
+// retry hint: the request may succeed later, and the daemon stays up. The
+// agent is not told the key service's addresses.
+func (s *Server) signFailed(r *request, err error) error {
+	r.rec.Kind, r.rec.Message = audit.KindError, "signing failed: "+err.Error()
+	s.logf("signing %s failed: %v", r.rec.RequestID, err)
 	var u *signer.UnavailableError
 	if errors.As(err, &u) {
-		return nil, &protocol.Error{Code: protocol.CodeUnavailable, Message: "the key service did not answer, so no grant was issued",
+		return &protocol.Error{Code: protocol.CodeUnavailable, Message: "the key service did not answer, so no grant was issued",
 			Fix: "ask again later; an approver sees the key service's state with: parley-grant status", Retry: u.RetrySeconds()}
 	}
-	return nil, err
-}
-
-func boundedString(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
+	return &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to sign the grant"}
 }
 
 func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec audit.Record, narrowed []string) (*protocol.Frame, error) {
@@ -333,18 +450,6 @@ func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec audit.Reco
 	return &protocol.Frame{Kind: protocol.KindGrant, Data: raw}, nil
 }
 
-// refusalKind is the audit record kind for a request that a human, the clock
-// or the requester ended without a grant.
-func refusalKind(code protocol.Code) string {
-	switch code {
-	case protocol.CodeTimeout:
-		return audit.KindTimeout
-	case codeWithdrawn:
-		return audit.KindWithdrawn
-	}
-	return audit.KindDeny
-}
-
 func strength(a Approval) string {
 	switch {
 	case a.Channel == "":
@@ -355,71 +460,67 @@ func strength(a Approval) string {
 	return "strong"
 }
 
-// commitAudit writes rec durably. Property 2: if it fails, the grant that was
-// just signed is dropped here and never leaves the daemon.
-func (s *Server) commitAudit(rec audit.Record) error {
-	if _, err := s.audit.Append(rec); err != nil {
-		s.logf("audit append failed, grant %s discarded: %v", rec.GrantID, err)
-		return &protocol.Error{Code: protocol.CodeUnavailable, Message: "the audit log cannot be written, so no grant was issued",
-			Fix: "an admin checks the state folder's disk space and permissions", Retry: 5}
-	}
-	return nil
-}
-
-// auditBestEffort records a refusal. A refusal stands whether or not its
-// record could be written; the failure is logged.
-func (s *Server) auditBestEffort(rec audit.Record) {
-	if _, err := s.audit.Append(rec); err != nil {
-		s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, err)
-	}
-}
-
 // waitForHuman queues view for approval, tells the requester the match code
 // and where to approve, and blocks until a human decides, the request times
-// out, or the requester goes away (which withdraws it).
-func (c *conn) waitForHuman(f *protocol.Frame, view protocol.PendingView, agent string, maxPending int, chans []policies.Channel, strong bool) (Approval, error) {
+// out, the requester goes away (which withdraws it), or a reloaded policy
+// decides it differently (redecide says how; nil when it decides the same).
+// The approval and who gave it go into the request's record.
+func (s *Server) waitForHuman(r *request, view protocol.PendingView, agent string, pol *policies.Policy,
+	chans []policies.Channel, strong bool, redecide func(*policies.Policy) *protocol.Error) (Approval, error) {
 	for _, ch := range chans {
 		view.Channels = append(view.Channels, string(ch))
 	}
 	view.Strong = strong
-	cfg := c.s.cfg.Load()
+	cfg := s.cfg.Load()
 	if base := cfg.PhoneURL(); base != "" && slices.Contains(view.Channels, string(policies.Phone)) {
 		view.Link = base + "/r/" + view.ID
 	}
 	timeout := cfg.ApprovalTimeout.Duration
-	view.Created = c.s.now().Unix()
-	view.Expires = c.s.now().Add(timeout).Unix()
-	it, err := c.s.queue.add(view, agent, maxPending)
+	view.Created = s.now().Unix()
+	view.Expires = s.now().Add(timeout).Unix()
+	it, err := s.queue.add(view, agent, pol.MaxPending(agent), pol, redecide)
 	if err != nil {
-		return Approval{Code: protocol.CodeLimit, Reason: err.Error()}, err
+		return Approval{}, err
 	}
-	c.event(f.ID, fmt.Sprintf("waiting for approval of %s: confirm code %s", view.ID, it.code), map[string]any{
+	r.event(fmt.Sprintf("waiting for approval of %s: confirm code %s", view.ID, it.code), map[string]any{
 		"request": view.ID, "code": it.code, "channels": view.Channels, "strong": strong, "expires": view.Expires,
 	})
-	a := c.s.queue.wait(c.ctx, it, timeout)
-	if a.Approved {
-		return a, nil
+	a := s.queue.wait(r.ctx, it, timeout)
+	r.rec.DecidedBy.Approver, r.rec.DecidedBy.Channel, r.rec.DecidedBy.Strength = a.Approver, a.Channel, strength(a)
+	if !a.Approved {
+		code := a.Code
+		if code == "" {
+			code = protocol.CodeDenied
+		}
+		return a, &protocol.Error{Code: code, Message: a.Reason}
 	}
-	code := a.Code
-	if code == "" {
-		code = protocol.CodeDenied
+	r.approval = &a
+	// The human approved what the policy in force then decided. A reload
+	// that came after the approval is checked here; one before it ended
+	// the request already if it decided differently.
+	if cur := s.policy.Load(); cur != it.decidedBy() {
+		if e := redecide(cur); e != nil {
+			return a, e
+		}
 	}
-	return a, &protocol.Error{Code: code, Message: a.Reason}
+	return a, nil
 }
 
 // explain answers which rule would decide a GRANT and what it would issue,
 // signing nothing.
-func (c *conn) explain(f *protocol.Frame) (*protocol.Frame, error) {
-	if err := c.requireAgent(f.Verb); err != nil {
+func (s *Server) explain(r *request) (*protocol.Frame, error) {
+	if err := r.requireAgent(); err != nil {
 		return nil, err
 	}
-	now := c.s.now().Unix()
-	body, _, req, err := parseGrantBody(f.Grant, now)
+	now := s.now().Unix()
+	body, _, req, err := parseGrantBody(r.f.Grant, now)
+	r.rec.Holder = body.Holder
 	if err != nil {
 		return nil, err
 	}
-	pol := c.s.policy.Load()
-	d := pol.Decide(c.caller(body.Holder), req)
+	pol := s.policy.Load()
+	d := pol.Decide(r.caller.policy(body.Holder), req)
+	r.rec.Decision, r.rec.DecidedBy = "ok", &audit.Decider{Rule: d.Rule}
 	out := map[string]any{
 		"action": d.Action, "agent": d.Agent, "rule": d.Rule, "reason": d.Reason,
 		"narrowed": d.Narrowed, "channels": d.Channels, "strong": d.Strong,
@@ -433,6 +534,11 @@ func (c *conn) explain(f *protocol.Frame) (*protocol.Frame, error) {
 			words[i] = cv.Describe()
 		}
 		out["allows"] = words
+	}
+	if name, ok := pol.AgentFor(r.caller.policy(body.Holder)); ok {
+		if err := checkBounds(req, pol.Bounds(name)); err != nil {
+			out["action"], out["reason"] = policies.Deny, err.(*protocol.Error).Message
+		}
 	}
 	raw, err := json.Marshal(out)
 	if err != nil {
@@ -470,11 +576,13 @@ func consentObject(raw json.RawMessage) (grant.ConsentRequest, error) {
 // daemon recomputes the proposal hash and checks id, service, capability and
 // expiry before anything is shown to a human; a mismatch is refused and never
 // queued.
-func (c *conn) consent(f *protocol.Frame) (_ *protocol.Frame, failed error) {
-	if err := c.requireAgent(f.Verb); err != nil {
+func (s *Server) consent(r *request) (*protocol.Frame, error) {
+	if err := r.requireAgent(); err != nil {
 		return nil, err
 	}
-	now := c.s.now().Unix()
+	f := r.f
+	now := s.now().Unix()
+	r.rec.Holder = f.Holder
 	if f.Service == "" || len(f.Consent) == 0 || len(f.Proposal) == 0 || f.Holder == "" {
 		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "CONSENT needs \"service\", \"consent\", \"proposal\" and \"holder\""}
 	}
@@ -488,15 +596,18 @@ func (c *conn) consent(f *protocol.Frame) (_ *protocol.Frame, failed error) {
 		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the consent is not a §6.6 consent object or a consent_required ERROR frame: " + jsonErr(err),
 			Fix: "pass the consent_required error exactly as the service sent it"}
 	}
-	if err := c.checkProof(f, f.Holder, protocol.ProofVerbConsent, cr.Hash, now); err != nil {
+	// The service's summary is its own words: the record keeps a
+	// neutralized copy (the audit log bounds it); the hash binds the real
+	// proposal anyway.
+	logged := cr
+	logged.Summary = safe(cr.Summary)
+	r.rec.Requested = mustJSON(logged)
+	if err := s.checkProof(r, f.Holder, protocol.ProofVerbConsent, cr.Hash, now); err != nil {
 		return nil, err
 	}
-	pol := c.s.policy.Load()
-	agent, err := c.agentName(pol, f.Holder)
+	pol := s.policy.Load()
+	agent, err := s.agent(r, pol, f.Holder)
 	if err != nil {
-		return nil, err
-	}
-	if err := c.rateLimit(pol, agent); err != nil {
 		return nil, err
 	}
 	// The proposal is parsed once, here; its hash, the policy's facts
@@ -505,15 +616,9 @@ func (c *conn) consent(f *protocol.Frame) (_ *protocol.Frame, failed error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := audit.Record{Kind: "consent", RequestID: newRequestID(), Caller: c.auditCaller(), Holder: f.Holder}
-	refuse := func(e *protocol.Error) (*protocol.Frame, error) {
-		rec.Kind, rec.Decision, rec.Message = audit.KindDeny, string(e.Code), e.Message
-		c.s.auditBestEffort(rec)
-		return nil, e
-	}
-	if cr.Principal != c.s.principal {
-		return refuse(&protocol.Error{Code: protocol.CodeConflict, Message: "the consent request is not for this daemon's principal",
-			Fix: "pass the consent_required error exactly as the service sent it; it names the principal"})
+	if cr.Principal != s.principal {
+		return nil, &protocol.Error{Code: protocol.CodeConflict, Message: "the consent request is not for this daemon's principal",
+			Fix: "pass the consent_required error exactly as the service sent it; it names the principal"}
 	}
 	if err := grant.CheckConsent(cr, f.Service, prop, now); err != nil {
 		code := protocol.CodeConflict
@@ -523,63 +628,68 @@ func (c *conn) consent(f *protocol.Frame) (_ *protocol.Frame, failed error) {
 		case grant.CodeInvalidParams:
 			code = protocol.CodeInvalidParams
 		}
-		return refuse(&protocol.Error{Code: code, Message: "the consent does not match the proposal: " + shortErr(err),
-			Fix: "pass the proposal exactly as the service sent it, and the consent from the same service"})
+		return nil, &protocol.Error{Code: code, Message: "the consent does not match the proposal: " + shortErr(err),
+			Fix: "pass the proposal exactly as the service sent it, and the consent from the same service"}
+	}
+	if err := checkShowable(prop, pol.Bounds(agent)); err != nil {
+		return nil, err
 	}
 	facts := policies.ConsentFacts{Service: f.Service, Capability: prop.Capability, Cost: prop.Cost,
 		Risk: prop.Risk, Expires: prop.Expires, Now: now}
-	d := pol.DecideConsent(c.caller(f.Holder), facts)
-	rec.DecidedBy = &audit.Decider{Rule: d.Rule}
-	// The summary is the service's words, possibly long: the log keeps a
-	// cut, neutralized copy; the hash binds the real proposal anyway.
-	logged := cr
-	logged.Summary = grant.SafeText(cr.Summary, 200)
-	rec.Requested = boundedJSON(mustJSON(logged))
-	fail := func(err error) (*protocol.Frame, error) {
-		rec.Kind, rec.Message = audit.KindError, shortErr(err)
-		c.s.auditBestEffort(rec)
-		return nil, err
-	}
+	caller := r.caller.policy(f.Holder)
+	d := pol.DecideConsent(caller, facts)
+	r.rec.DecidedBy = &audit.Decider{Rule: d.Rule}
 	if d.Action != policies.Ask {
-		return refuse(&protocol.Error{Code: protocol.CodeForbidden, Rule: d.Rule, Message: d.Reason})
+		r.rec.Kind, r.rec.Decision = audit.KindDeny, string(d.Action)
+		return nil, &protocol.Error{Code: protocol.CodeForbidden, Rule: d.Rule, Message: d.Reason}
 	}
-	view := c.renderConsent(rec.RequestID, agent, f.Holder, f.Service, prop, d)
-	a, err := c.waitForHuman(f, view, agent, pol.MaxPending(agent), d.Channels, d.Strong)
-	rec.DecidedBy.Approver, rec.DecidedBy.Channel, rec.DecidedBy.Strength = a.Approver, a.Channel, strength(a)
-	rec.Decision = "ask"
+	r.rec.Decision = string(policies.Ask)
+	// The consent never outlives the proposal, nor the policy's cap.
+	expiry := func(d policies.ConsentDecision) int64 {
+		exp := min(cr.Expires, prop.Expires)
+		if d.Expires != 0 {
+			exp = min(exp, d.Expires)
+		}
+		return exp
+	}
+	shown := grant.ConsentCaveats(f.Service, prop.Capability, cr.Hash, expiry(d))
+	view, err := s.renderConsent(r, r.rec.RequestID, agent, f.Holder, f.Service, prop, shown, d)
 	if err != nil {
-		rec.Kind, rec.Decision, rec.Message = refusalKind(a.Code), string(a.Code), a.Reason
-		c.s.auditBestEffort(rec)
 		return nil, err
 	}
-	defer func() { a.settle(failed) }()
-	if c.s.policy.Load() != pol {
-		return fail(&protocol.Error{Code: protocol.CodeConflict, Message: "the policy was reloaded while the request waited; ask again"})
+	redecide := func(p *policies.Policy) *protocol.Error {
+		n := p.DecideConsent(caller, facts)
+		if n.Action == d.Action && n.Strong == d.Strong && slices.Equal(n.Channels, d.Channels) && n.Expires == d.Expires {
+			return nil
+		}
+		if n.Action != policies.Ask {
+			return &protocol.Error{Code: protocol.CodeForbidden, Rule: n.Rule,
+				Message: "the policy was reloaded while the consent waited, and it now refuses it: " + n.Reason}
+		}
+		return &protocol.Error{Code: protocol.CodeConflict,
+			Message: "the policy was reloaded while the consent waited, and it now decides it differently; ask again"}
 	}
-	// The consent never outlives the proposal, nor the policy's cap.
-	exp := min(cr.Expires, prop.Expires)
-	if d.Expires != 0 {
-		exp = min(exp, d.Expires)
+	if _, err := s.waitForHuman(r, view, agent, pol, d.Channels, d.Strong, redecide); err != nil {
+		return nil, err
 	}
-	if exp <= c.s.now().Unix() {
-		return fail(&protocol.Error{Code: protocol.CodeExpired, Message: "the proposal expired while waiting for approval"})
+	exp := expiry(d)
+	if exp <= s.now().Unix() {
+		return nil, &protocol.Error{Code: protocol.CodeExpired, Message: "the proposal expired while waiting for approval"}
 	}
 	cr.Expires = exp
 	nonce, err := grant.NewNonce(rand.Reader)
 	if err != nil {
-		return fail(err)
-	}
-	now = c.s.now().Unix()
-	tok, err := grant.IssueConsent(c.s.signer, holder, cr, now, nonce)
-	if err != nil {
-		return c.signFailed(rec, err)
-	}
-	cavs := grant.ConsentCaveats(f.Service, prop.Capability, cr.Hash, exp)
-	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), exp
-	if err := c.s.commitAudit(rec); err != nil {
 		return nil, err
 	}
-	return grantReply(tok, cavs, exp, rec, nil)
+	now = s.now().Unix()
+	tok, err := grant.IssueConsent(s.signer, holder, cr, now, nonce)
+	if err != nil {
+		return nil, s.signFailed(r, err)
+	}
+	cavs := grant.ConsentCaveats(f.Service, prop.Capability, cr.Hash, exp)
+	r.issued = true
+	r.rec.Kind, r.rec.Issued, r.rec.GrantID, r.rec.Expiry = audit.KindConsent, caveatsJSON(cavs), tok.ID(), exp
+	return grantReply(tok, cavs, exp, r.rec, nil)
 }
 
 // pickProposal finds the proposal the consent names inside a PROPOSALS
@@ -620,129 +730,4 @@ func pickProposal(raw json.RawMessage, id string) (*grant.Proposal, error) {
 		}
 	}
 	return nil, &protocol.Error{Code: protocol.CodeConflict, Message: fmt.Sprintf("the PROPOSALS frame holds no proposal %q", id)}
-}
-
-func (c *conn) pending(f *protocol.Frame) (*protocol.Frame, error) {
-	if err := c.requireApprover(f.Verb); err != nil {
-		return nil, err
-	}
-	raw, err := json.Marshal(map[string]any{"pending": c.s.queue.list()})
-	if err != nil {
-		return nil, err
-	}
-	return &protocol.Frame{Kind: protocol.KindPending, Data: raw}, nil
-}
-
-// socketChannel is the channel an approval over the socket counts as: the
-// terminal, unless the desktop approver says it relays a notification click.
-func socketChannel(f *protocol.Frame) (string, error) {
-	switch f.Channel {
-	case "", "terminal":
-		return "terminal", nil
-	case "desktop":
-		return "desktop", nil
-	}
-	return "", &protocol.Error{Code: protocol.CodeInvalidParams, Message: fmt.Sprintf("channel %q cannot approve over the socket", f.Channel)}
-}
-
-func (c *conn) approver(channel string) Approval {
-	return Approval{Approver: fmt.Sprintf("%s (uid %d)", c.id.User, c.id.UID), Channel: channel, Weak: c.role().Weak}
-}
-
-func (c *conn) approve(f *protocol.Frame) (*protocol.Frame, error) {
-	return c.decideVerb(f, true)
-}
-
-func (c *conn) deny(f *protocol.Frame) (*protocol.Frame, error) {
-	return c.decideVerb(f, false)
-}
-
-func (c *conn) decideVerb(f *protocol.Frame, approve bool) (*protocol.Frame, error) {
-	if err := c.requireApprover(f.Verb); err != nil {
-		return nil, err
-	}
-	if f.Request == "" {
-		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: f.Verb + " needs \"request\""}
-	}
-	if approve && f.Match == "" {
-		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "APPROVE needs \"match\": the code shown where the agent asked"}
-	}
-	ch, err := socketChannel(f)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.s.queue.decide(f.Request, approve, f.Match, c.approver(ch)); err != nil {
-		return nil, err
-	}
-	return &protocol.Frame{Kind: protocol.KindOK}, nil
-}
-
-// watchNotifier streams queue news to an approver connection as EVENTs. It
-// never blocks the request that reports the news: events go into a buffer
-// that the watch's own goroutine writes out. A watcher that falls that far
-// behind is cut off. Attack: an approver connection that stops reading, which
-// would otherwise stall every request for the write deadline.
-type watchNotifier struct {
-	events chan *protocol.Frame
-	lost   chan struct{}
-	once   sync.Once
-}
-
-const watchBuffer = 1024
-
-func (w *watchNotifier) push(f *protocol.Frame) {
-	select {
-	case w.events <- f:
-	default:
-		w.once.Do(func() { close(w.lost) })
-	}
-}
-
-func eventFrame(re, message string, data any) *protocol.Frame {
-	return &protocol.Frame{Kind: protocol.KindEvent, ID: "v" + re, Re: re, Message: message, Data: mustJSON(data)}
-}
-
-type watchFeed struct {
-	w  *watchNotifier
-	re string
-}
-
-func (f watchFeed) Pending(v protocol.PendingView) { f.w.push(eventFrame(f.re, "pending", v)) }
-func (f watchFeed) Ended(id, outcome string) {
-	f.w.push(eventFrame(f.re, "ended", map[string]string{"id": id, "outcome": outcome}))
-}
-
-// watch streams every pending request and its end to an approver until the
-// connection closes: the desktop approver's feed. Its final reply comes only
-// when the daemon shuts down. One WATCH per connection.
-func (c *conn) watch(f *protocol.Frame) (*protocol.Frame, error) {
-	if err := c.requireApprover(f.Verb); err != nil {
-		return nil, err
-	}
-	if !c.watching.CompareAndSwap(false, true) {
-		return nil, &protocol.Error{Code: protocol.CodeLimit, Message: "this connection is already watching"}
-	}
-	defer c.watching.Store(false)
-	w := &watchNotifier{events: make(chan *protocol.Frame, watchBuffer), lost: make(chan struct{})}
-	feed := watchFeed{w, f.ID}
-	cancel := c.s.queue.subscribe(feed)
-	defer cancel()
-	for _, v := range c.s.queue.list() {
-		feed.Pending(v)
-	}
-	for {
-		select {
-		case ev := <-w.events:
-			if !c.send(ev) {
-				return nil, nil
-			}
-		case <-w.lost:
-			c.s.logf("approver pid %d fell behind its WATCH feed; closing its connection", c.id.PID)
-			c.cancel()
-			c.nc.Close()
-			return nil, nil
-		case <-c.ctx.Done():
-			return &protocol.Frame{Kind: protocol.KindOK}, nil
-		}
-	}
 }

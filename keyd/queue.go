@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+	"github.com/parley-keyd/parley-keyd/policies"
 )
 
 // Approval says who decided a pending request and through which channel.
@@ -60,10 +61,12 @@ func notIssued(id string, err error) error {
 }
 
 // Notifier is a human channel that wants to hear about pending requests: the
-// desktop approver (over WATCH) and the phone page plug in here.
+// desktop approver (over WATCH) and the phone page plug in here. Ended says
+// how a request ended ("approved", or the code of its refusal) and, for a
+// refusal, why in one sentence.
 type Notifier interface {
 	Pending(v protocol.PendingView)
-	Ended(id string, outcome string)
+	Ended(id, outcome, reason string)
 }
 
 type pendingItem struct {
@@ -72,6 +75,19 @@ type pendingItem struct {
 	code  string
 	done  chan Approval // buffered 1; written once under queue.mu
 	ended bool
+	// pol is the policy that decided to ask, or the latest reloaded one
+	// that decides the same; redecide tells whether another policy does
+	// (nil) or how it differs. Both are guarded by queue.mu.
+	pol      *policies.Policy
+	redecide func(*policies.Policy) *protocol.Error
+	mu       *sync.Mutex
+}
+
+// decidedBy returns the latest policy known to decide it as it was asked.
+func (it *pendingItem) decidedBy() *policies.Policy {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.pol
 }
 
 // queue holds requests waiting for a human. Every method is safe for
@@ -129,7 +145,7 @@ const codeWithdrawn protocol.Code = "withdrawn"
 
 // add enqueues v for agent unless agent already has maxPending requests
 // waiting. It returns the match code to show the requester.
-func (q *queue) add(v protocol.PendingView, agent string, maxPending int) (*pendingItem, error) {
+func (q *queue) add(v protocol.PendingView, agent string, maxPending int, pol *policies.Policy, redecide func(*policies.Policy) *protocol.Error) (*pendingItem, error) {
 	code, choices := newMatchCode()
 	v.Choices = choices
 	q.mu.Lock()
@@ -141,7 +157,7 @@ func (q *queue) add(v protocol.PendingView, agent string, maxPending int) (*pend
 		return nil, &protocol.Error{Code: protocol.CodeLimit, Message: fmt.Sprintf("agent %q already has %d requests waiting for approval", agent, maxPending),
 			Fix: "wait for the human to answer the waiting requests", Retry: 30}
 	}
-	it := &pendingItem{view: v, agent: agent, code: code, done: make(chan Approval, 1)}
+	it := &pendingItem{view: v, agent: agent, code: code, done: make(chan Approval, 1), pol: pol, redecide: redecide, mu: &q.mu}
 	q.items[v.ID] = it
 	q.perAgent[agent]++
 	ns := slices.Clone(q.notifiers)
@@ -183,7 +199,7 @@ func (q *queue) end(it *pendingItem, a Approval) bool {
 	q.mu.Unlock()
 	if ok {
 		for _, n := range ns {
-			n.n.Ended(it.view.ID, outcomeWord(a))
+			n.n.Ended(it.view.ID, outcomeWord(a), a.Reason)
 		}
 	}
 	return ok
@@ -247,7 +263,7 @@ func (q *queue) decide(id string, approve bool, match string, a Approval) error 
 	q.mu.Unlock()
 	if ended {
 		for _, n := range ns {
-			n.n.Ended(id, outcomeWord(a))
+			n.n.Ended(id, outcomeWord(a), a.Reason)
 		}
 	}
 	if ended && issued != nil {
@@ -310,5 +326,31 @@ func (q *queue) drain(a Approval) {
 	q.mu.Unlock()
 	for _, it := range items {
 		q.end(it, a)
+	}
+}
+
+// redecide asks every waiting request whether pol, just put in force,
+// decides it as the policy that asked did. Those it decides the same wait
+// on, now under pol; the others end at once with pol's answer, which the
+// requester and the approvers are told (property 6 and issue 10: a reload
+// that changes nothing voids no approval).
+func (q *queue) redecide(pol *policies.Policy) {
+	q.mu.Lock()
+	items := make([]*pendingItem, 0, len(q.items))
+	for _, it := range q.items {
+		if it.pol != pol && it.redecide != nil {
+			items = append(items, it)
+		}
+	}
+	q.mu.Unlock()
+	for _, it := range items {
+		e := it.redecide(pol)
+		if e == nil {
+			q.mu.Lock()
+			it.pol = pol
+			q.mu.Unlock()
+			continue
+		}
+		q.end(it, Approval{Code: e.Code, Reason: e.Message})
 	}
 }

@@ -24,12 +24,6 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// AuditSink is where the daemon records every decision. Append returns only
-// once the record is durable; the daemon releases a grant only after that.
-type AuditSink interface {
-	Append(rec audit.Record) (uint64, error)
-}
-
 // serverOptions configure a Server; New fills them from Options.
 type serverOptions struct {
 	Config   *Config
@@ -113,19 +107,12 @@ func (s *Server) swap(cfg *Config, pol *policies.Policy) {
 	}
 	if pol != nil {
 		s.policy.Store(pol)
+		s.queue.redecide(pol)
 	}
 }
 
 // Subscribe registers a human channel for pending-request news.
 func (s *Server) Subscribe(n Notifier) (cancel func()) { return s.queue.subscribe(n) }
-
-// Decide approves or denies a pending request for the paired phone named
-// device: the phone page, which has authenticated the device and checked
-// that the request came from another machine, calls it. The approval is
-// recorded as strong, on the phone channel.
-func (s *Server) Decide(id string, approve bool, match, device string) error {
-	return s.queue.decide(id, approve, match, Approval{Approver: "phone:" + device, Channel: "phone"})
-}
 
 // Pending lists the waiting requests.
 func (s *Server) Pending() []protocol.PendingView { return s.queue.list() }
@@ -338,7 +325,7 @@ func (c *conn) readLoop() {
 	for {
 		line, err := fr.Next()
 		if errors.Is(err, protocol.ErrFrameTooLarge) {
-			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is larger than 1 MiB and was skipped"}))
+			c.refuse("", "", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is larger than 1 MiB and was skipped"})
 			continue
 		}
 		if err != nil {
@@ -357,32 +344,39 @@ func (c *conn) readLoop() {
 		// one that keeps the last.
 		var f protocol.Frame
 		if err := grant.DecodeStrict(line, &f); err != nil {
-			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is not one strict JSON object: " + jsonErr(err)}))
+			c.refuse("", "", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is not one strict JSON object: " + jsonErr(err)})
 			continue
 		}
 		if f.ID == "" || len(f.ID) > 128 {
-			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame needs an \"id\" string of at most 128 bytes"}))
+			c.refuse("", f.Verb, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame needs an \"id\" string of at most 128 bytes"})
 			continue
 		}
 		if f.Parley != protocol.Version {
-			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("the frame must carry \"parley\": %d", protocol.Version)}))
+			c.refuse(f.ID, f.Verb, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("the frame must carry \"parley\": %d", protocol.Version)})
 			continue
 		}
-		h := c.s.handler(f.Verb)
-		if h == nil {
-			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("unknown verb %q", f.Verb),
-				Fix: "send HELLO to list the verbs"}))
+		if !knownVerb(f.Verb) {
+			c.refuse(f.ID, f.Verb, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("unknown verb %q", f.Verb),
+				Fix: "send HELLO to list the verbs"})
 			continue
 		}
 		if !c.claimID(f.ID) {
-			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("id %q is already in use on this connection", f.ID)}))
+			c.refuse(f.ID, f.Verb, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("id %q is already in use on this connection", f.ID)})
+			continue
+		}
+		if f.Verb == protocol.VerbWatch && !c.watching.CompareAndSwap(false, true) {
+			c.releaseID(f.ID)
+			c.refuse(f.ID, f.Verb, &protocol.Error{Code: protocol.CodeLimit, Message: "this connection is already watching"})
 			continue
 		}
 		select {
 		case c.sem <- struct{}{}:
 		default:
 			c.releaseID(f.ID)
-			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeLimit, Message: "too many requests in flight on this connection", Retry: 1}))
+			if f.Verb == protocol.VerbWatch {
+				c.watching.Store(false)
+			}
+			c.refuse(f.ID, f.Verb, &protocol.Error{Code: protocol.CodeLimit, Message: "too many requests in flight on this connection", Retry: 1})
 			continue
 		}
 		size := int64(len(line))
@@ -397,6 +391,9 @@ func (c *conn) readLoop() {
 			defer c.bytes.Release(size)
 			defer func() { <-c.sem }()
 			defer c.releaseID(f.ID)
+			if f.Verb == protocol.VerbWatch {
+				defer c.watching.Store(false)
+			}
 			defer func() {
 				// The daemon never crashes on input: a handler bug
 				// answers "internal" and the connection lives on.
@@ -405,11 +402,18 @@ func (c *conn) readLoop() {
 					c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}))
 				}
 			}()
-			reply, err := h(c, &f)
+			events := func(message string, data any) { c.event(f.ID, message, data) }
+			reply, err := c.s.Handle(c.ctx, c.caller(), &f, events)
+			if err == errWatchBehind {
+				// A watcher that stopped reading is cut off: closing the
+				// socket frees what it holds at once.
+				c.cancel()
+				c.nc.Close()
+				return
+			}
 			if err != nil {
 				var e *protocol.Error
 				if !errors.As(err, &e) {
-					c.s.logf("%s from pid %d: %v", f.Verb, c.id.PID, err)
 					e = &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}
 				}
 				reply = errorFrame(f.ID, e)
@@ -427,6 +431,23 @@ func (c *conn) readLoop() {
 			}
 		}(f)
 	}
+}
+
+// caller is the connection's caller with the roles the configuration in
+// force now gives it, so that a reload that takes a role away applies to
+// connections already open.
+func (c *conn) caller() Caller {
+	return Caller{Identity: c.id, Roles: c.s.cfg.Load().roles(c.id)}
+}
+
+// refuse answers a frame that never became a request (it could not be read,
+// or the connection may not take it now), and records the refusal: every
+// frame from an accepted caller leaves a record (property 11), folded when
+// it repeats.
+func (c *conn) refuse(re, verb string, e *protocol.Error) {
+	c.send(errorFrame(re, e))
+	c.s.auditRefusal(audit.Record{Kind: refusalKind(verb, e.Code), RequestID: newRequestID(), Verb: verb,
+		Caller: c.caller().audit(), Decision: string(e.Code), Message: e.Message})
 }
 
 // role returns the caller's roles under the configuration in force now, so

@@ -178,6 +178,18 @@ func wantCode(t *testing.T, err error, code protocol.Code) {
 	}
 }
 
+// grantRecord returns the audit record of the grant id.
+func grantRecord(t *testing.T, h *harness, id string) audit.Record {
+	t.Helper()
+	for _, r := range auditRecords(t, h) {
+		if r.GrantID == id {
+			return r
+		}
+	}
+	t.Fatalf("no audit record of grant %s", id)
+	return audit.Record{}
+}
+
 func auditRecords(t *testing.T, h *harness) []audit.Record {
 	t.Helper()
 	f, err := os.Open(filepath.Join(h.dir, "audit.log"))
@@ -360,9 +372,8 @@ func TestGrantAskApprove(t *testing.T) {
 		t.Errorf("result = %+v", res)
 	}
 	tok, _ := grant.Decode(res.Token)
-	recs := auditRecords(t, h)
-	last := recs[len(recs)-1]
-	if last.GrantID != tok.ID() || last.DecidedBy.Channel != "terminal" || last.DecidedBy.Strength != "weak" || last.DecidedBy.Approver == "" {
+	last := grantRecord(t, h, tok.ID())
+	if last.Kind != audit.KindIssue || last.DecidedBy.Channel != "terminal" || last.DecidedBy.Strength != "weak" || last.DecidedBy.Approver == "" {
 		t.Errorf("audit = %+v", last)
 	}
 	// Default lifetime of the ask rule: 15 minutes.
@@ -753,8 +764,7 @@ func TestConsentApproved(t *testing.T) {
 	if _, err := grant.Verify([]string{res.Token}, trusted, undo); err == nil {
 		t.Error("consent authorizes UNDO")
 	}
-	recs := auditRecords(t, h)
-	if last := recs[len(recs)-1]; last.Kind != "consent" || last.GrantID != tok.ID() || last.Expiry != exp {
+	if last := grantRecord(t, h, tok.ID()); last.Kind != "consent" || last.Expiry != exp {
 		t.Errorf("audit = %+v", last)
 	}
 }
@@ -938,7 +948,7 @@ func TestReviewAuditRecordBounded(t *testing.T) {
 		return len(recs) > 0 && recs[len(recs)-1].Kind == "withdrawn"
 	})
 	recs := auditRecords(t, h)
-	if n := len(recs[len(recs)-1].Requested); n > maxAuditField {
+	if n := len(recs[len(recs)-1].Requested); n > audit.MaxRecord {
 		t.Errorf("audit record holds %d bytes of the request", n)
 	}
 }

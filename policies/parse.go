@@ -405,7 +405,8 @@ func checkExe(s string) error {
 }
 
 func (d *decoder) agent(t *node, p *Policy) (*agent, error) {
-	if err := d.known(t, "[[agent]]", "name", "any", "user", "uid", "group", "gid", "exe", "unit", "key", "rate", "pending"); err != nil {
+	if err := d.known(t, "[[agent]]", "name", "any", "user", "uid", "group", "gid", "exe", "unit", "key", "rate", "pending",
+		"max_services", "max_patterns", "max_effects"); err != nil {
 		return nil, err
 	}
 	name, line, err := d.name(t, "agent", "")
@@ -449,6 +450,15 @@ func (d *decoder) agent(t *node, p *Policy) (*agent, error) {
 		return nil, err
 	}
 	if a.pending, err = d.integer(t, "pending", 0, 1000, DefaultPending); err != nil {
+		return nil, err
+	}
+	if a.bounds.Services, err = d.integer(t, "max_services", 1, MaxListBound, DefaultMaxServices); err != nil {
+		return nil, err
+	}
+	if a.bounds.Patterns, err = d.integer(t, "max_patterns", 1, MaxListBound, DefaultMaxPatterns); err != nil {
+		return nil, err
+	}
+	if a.bounds.Effects, err = d.integer(t, "max_effects", 1, MaxListBound, DefaultMaxEffects); err != nil {
 		return nil, err
 	}
 	matchers := a.users != nil || a.uids != nil || a.groups != nil || a.gids != nil || a.exes != nil || a.units != nil || a.keys != nil

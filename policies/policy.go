@@ -134,6 +134,16 @@ type agent struct {
 	keys    []string
 	rate    int // requests per minute
 	pending int // approvals waiting at once
+	bounds  Bounds
+}
+
+// Bounds cap how much one request of an agent may name, so that every
+// request a human is asked about can be shown whole (DESIGN.md property 8):
+// a request beyond them is refused, and the agent is told which bound.
+type Bounds struct {
+	Services int // entries of a svc caveat
+	Patterns int // entries of a can caveat
+	Effects  int // effects of a proposal a consent is asked for
 }
 
 // scope is what a rule or consent rule is about: services, verbs and
@@ -191,7 +201,23 @@ const (
 	// DefaultPending is an agent's approvals waiting at once when it sets
 	// no pending.
 	DefaultPending = 3
+	// DefaultMaxServices, DefaultMaxPatterns and DefaultMaxEffects are an
+	// agent's Bounds when it sets none; MaxListBound caps what an agent may
+	// set for any of them.
+	DefaultMaxServices = 8
+	DefaultMaxPatterns = 32
+	DefaultMaxEffects  = 32
+	MaxListBound       = maxRequestList
 )
+
+// Bounds returns the bounds of agent's requests; zero bounds, which refuse
+// every list, for an agent the policy does not define.
+func (p *Policy) Bounds(agent string) Bounds {
+	if a := p.agentNamed(agent); a != nil {
+		return a.bounds
+	}
+	return Bounds{}
+}
 
 // appliesTo reports whether a rule's agent list names agent.
 func appliesTo(names []string, agentName string) bool {

@@ -102,7 +102,7 @@ func (s *seenRequests) Pending(v protocol.PendingView) {
 	s.views = append(s.views, v)
 }
 
-func (s *seenRequests) Ended(string, string) {}
+func (s *seenRequests) Ended(string, string, string) {}
 
 func (s *seenRequests) list() []protocol.PendingView {
 	s.mu.Lock()

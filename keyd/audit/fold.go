@@ -29,7 +29,8 @@ type foldRun struct {
 func (f *folds) init() { f.runs = map[string]*foldRun{} }
 
 // AppendFolded is Append for refusals that a caller may repeat in a flood:
-// records of kind deny, timeout, withdrawn or error. The first of a run is
+// records of kind deny, timeout, withdrawn, error, request or decide (every
+// record but a grant's, a start, a stop and a reload). The first of a run is
 // appended at once (seq > 0, folded false). A record alike in everything but
 // its request id, time and process id that comes within Options.FoldWindow
 // of it is counted instead (seq 0, folded true): when the window ends, one
@@ -44,7 +45,7 @@ func (f *folds) init() { f.runs = map[string]*foldRun{} }
 // records of other kinds go to Append.
 func (l *Log) AppendFolded(rec Record) (seq uint64, folded bool, err error) {
 	switch rec.Kind {
-	case KindDeny, KindTimeout, KindWithdrawn, KindError:
+	case KindDeny, KindTimeout, KindWithdrawn, KindError, KindRequest, KindDecide:
 	default:
 		seq, err = l.Append(rec)
 		return seq, false, err

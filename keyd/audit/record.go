@@ -20,6 +20,14 @@ const (
 	KindPolicyReload = "policy-reload" // the policy was reloaded (or a reload was refused)
 	KindStart        = "start"         // the daemon started
 	KindStop         = "stop"          // the daemon stopped cleanly
+	// KindRequest is a request that asked for no grant (HELLO, EXPLAIN,
+	// PENDING, WATCH, AUDIT, …): its decision is "ok" or the code of its
+	// refusal. With the kinds above, every request the daemon accepted
+	// from a caller has exactly one record, whatever its outcome.
+	KindRequest = "request"
+	// KindDecide is an approver's APPROVE or DENY of a waiting request,
+	// named by Target: "approved", "denied", or the code of its refusal.
+	KindDecide = "decide"
 	// KindRecovered says what the log found and repaired when it was opened
 	// or reopened: a torn or NUL-filled tail it cut, a previous run that ended
 	// without its stop checkpoint, a file moved, deleted or truncated under
@@ -34,7 +42,7 @@ const (
 var kinds = map[string]bool{
 	KindIssue: true, KindConsent: true, KindDeny: true, KindTimeout: true,
 	KindWithdrawn: true, KindError: true, KindPolicyReload: true,
-	KindStart: true, KindStop: true,
+	KindStart: true, KindStop: true, KindRequest: true, KindDecide: true,
 }
 
 // Record is one line of the audit log. Seq, Prev and Time are filled in
@@ -52,7 +60,12 @@ type Record struct {
 	Kind string `json:"kind"`
 	// RequestID is the id the daemon gave the request (never one a caller
 	// chose).
-	RequestID string          `json:"request_id,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+	// Verb is the request's verb (GRANT, CONSENT, HELLO, …), or empty for a
+	// frame that could not be read as a request.
+	Verb string `json:"verb,omitempty"`
+	// Target is the waiting request an APPROVE or DENY names.
+	Target    string          `json:"target,omitempty"`
 	Caller    *Caller         `json:"caller,omitempty"`
 	Holder    string          `json:"holder,omitempty"`
 	Requested json.RawMessage `json:"requested,omitempty"`
@@ -71,14 +84,18 @@ type Record struct {
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 }
 
-// Caller is the requester as the kernel identified it (see peercred.Get).
+// Caller is the requester as the kernel identified it (see peercred.Get),
+// or the paired phone the phone page relayed for. Exe and Unit are what
+// /proc showed for the connecting process: observed, not proven, since
+// another program of the same user can present them (docs/policy.md).
 type Caller struct {
-	UID  uint32 `json:"uid"`
-	GID  uint32 `json:"gid"`
-	PID  int32  `json:"pid"`
-	User string `json:"user,omitempty"`
-	Exe  string `json:"exe,omitempty"`
-	Unit string `json:"unit,omitempty"`
+	UID    uint32 `json:"uid"`
+	GID    uint32 `json:"gid"`
+	PID    int32  `json:"pid"`
+	User   string `json:"user,omitempty"`
+	Exe    string `json:"exe,omitempty"`
+	Unit   string `json:"unit,omitempty"`
+	Device string `json:"device,omitempty"`
 }
 
 // Decider says who or what decided a request: a policy rule, or a human
@@ -149,6 +166,8 @@ func bound(r *Record) {
 		*v = cutString(*v, max)
 	}
 	cut("request_id", &r.RequestID, maxShort)
+	cut("verb", &r.Verb, maxShort)
+	cut("target", &r.Target, maxShort)
 	cut("holder", &r.Holder, maxShort)
 	cut("decision", &r.Decision, maxShort)
 	cut("grant_id", &r.GrantID, maxShort)
@@ -158,6 +177,7 @@ func bound(r *Record) {
 		cut("caller.user", &cc.User, maxShort)
 		cut("caller.exe", &cc.Exe, maxExe)
 		cut("caller.unit", &cc.Unit, maxUnit)
+		cut("caller.device", &cc.Device, maxShort)
 		r.Caller = &cc
 	}
 	if d := r.DecidedBy; d != nil {

@@ -280,7 +280,11 @@ func FormatRecord(rec *Record) string {
 		}
 	}
 	field("req", value(rec.RequestID, 40))
-	if c := rec.Caller; c != nil {
+	field("verb", value(rec.Verb, 20))
+	field("target", value(rec.Target, 40))
+	if c := rec.Caller; c != nil && c.Device != "" {
+		field("caller", value("phone:"+c.Device, 48))
+	} else if c != nil {
 		who := c.User
 		if who == "" {
 			who = "uid:" + strconv.FormatUint(uint64(c.UID), 10)

@@ -557,7 +557,7 @@ func (c *Client) Deny(ctx context.Context, id, channel string) error {
 // Watch streams pending requests and their ends until ctx ends or the
 // connection closes. pending receives each waiting request; ended each
 // request that finished, with its outcome.
-func (c *Client) Watch(ctx context.Context, pending func(protocol.PendingView), ended func(id, outcome string)) error {
+func (c *Client) Watch(ctx context.Context, pending func(protocol.PendingView), ended func(id, outcome, reason string)) error {
 	_, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbWatch}, func(f *protocol.Frame) {
 		switch f.Message {
 		case "pending":
@@ -566,9 +566,9 @@ func (c *Client) Watch(ctx context.Context, pending func(protocol.PendingView), 
 				pending(v)
 			}
 		case "ended":
-			var e struct{ ID, Outcome string }
+			var e struct{ ID, Outcome, Reason string }
 			if json.Unmarshal(f.Data, &e) == nil && ended != nil {
-				ended(e.ID, e.Outcome)
+				ended(e.ID, e.Outcome, e.Reason)
 			}
 		}
 	})

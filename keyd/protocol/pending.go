@@ -1,20 +1,35 @@
 package protocol
 
+import "github.com/parley-keyd/parley-keyd/grant"
+
 // PendingView is a waiting request as the daemon rendered it for a human. It
 // holds no match code: the human reads the code in the requesting terminal and
 // confirms it here, so that a request racing an expected one cannot ride on
 // its approval (DESIGN.md, number matching).
 type PendingView struct {
-	ID       string     `json:"id"`
-	Kind     string     `json:"kind"` // "grant" or "consent"
-	Caller   CallerView `json:"caller"`
-	Agent    string     `json:"agent,omitempty"`
-	Holder   string     `json:"holder"`
-	Title    string     `json:"title"` // one line: "calendar-agent asks for a grant"
-	Text     string     `json:"text"`  // the full rendering, already made safe for display
-	Rule     string     `json:"rule,omitempty"`
-	Channels []string   `json:"channels"` // where it may be approved
-	Strong   bool       `json:"strong"`   // only a strong channel may approve it
+	ID     string     `json:"id"`
+	Kind   string     `json:"kind"` // "grant" or "consent"
+	Caller CallerView `json:"caller"`
+	Agent  string     `json:"agent,omitempty"`
+	Holder string     `json:"holder"`
+	Title  string     `json:"title"` // one line: "calendar-agent asks for a grant"
+	// Summary is one line that says how much the request asks for: the
+	// counts of services, verbs and patterns, or of effects, and the
+	// money, risk, undo and expiry. A channel that cannot show Text whole
+	// (a notification) shows Title and Summary and sends the human to a
+	// channel that can; it never offers a part of Text for approval.
+	Summary string `json:"summary"`
+	// Text is the whole rendering, already made safe for display: one line
+	// per service, pattern or effect, nothing cut. Lines counts its lines.
+	Text  string `json:"text"`
+	Lines int    `json:"lines"`
+	// Scope is what the request would be signed with, as data: the caveats,
+	// and for a consent the proposal whose hash the daemon checked. Its
+	// strings are the agent's and the service's, not made safe for display.
+	Scope    Scope    `json:"scope"`
+	Rule     string   `json:"rule,omitempty"`
+	Channels []string `json:"channels"` // where it may be approved
+	Strong   bool     `json:"strong"`   // only a strong channel may approve it
 	// Choices are three codes, one of them the real match code, in random
 	// order: for approvers that offer buttons (the desktop notification).
 	Choices []string `json:"choices"`
@@ -32,4 +47,28 @@ type CallerView struct {
 	PID  int32  `json:"pid"`
 	Exe  string `json:"exe,omitempty"`
 	Unit string `json:"unit,omitempty"`
+}
+
+// Scope is what a waiting request would be signed with.
+type Scope struct {
+	// Caveats are the caveats the grant would carry, as the daemon would
+	// sign them (for a consent: the five of §6.6).
+	Caveats []grant.Caveat `json:"caveats"`
+	// Proposal is the proposal a consent is for.
+	Proposal *ScopeProposal `json:"proposal,omitempty"`
+}
+
+// ScopeProposal is the part of a proposal its hash covers and a human is
+// shown (§5.1, §6.6).
+type ScopeProposal struct {
+	Service    string         `json:"service"`
+	ID         string         `json:"id"`
+	Capability string         `json:"capability"`
+	Summary    string         `json:"summary"`
+	Effects    []grant.Effect `json:"effects"`
+	Cost       *grant.Money   `json:"cost"`
+	Risk       string         `json:"risk"`
+	Undo       *grant.Undo    `json:"undo"`
+	Expires    int64          `json:"expires"`
+	Hash       string         `json:"hash"`
 }

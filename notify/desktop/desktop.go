@@ -348,6 +348,7 @@ type shownRequest struct {
 type approverMsg struct {
 	pending *protocol.PendingView
 	ended   string
+	reason  string
 	outcome string
 	expired string
 }
@@ -370,7 +371,9 @@ func (a *Approver) Pending(v protocol.PendingView) { a.push(approverMsg{pending:
 
 // Ended queues the end of request id, whose notification is then closed. It
 // never blocks.
-func (a *Approver) Ended(id, outcome string) { a.push(approverMsg{ended: id, outcome: outcome}) }
+func (a *Approver) Ended(id, outcome, reason string) {
+	a.push(approverMsg{ended: id, outcome: outcome, reason: reason})
+}
 
 func (a *Approver) push(m approverMsg) {
 	a.mu.Lock()
@@ -420,7 +423,7 @@ func (a *Approver) handle(m approverMsg) {
 	case m.ended != "":
 		a.ended.add(m.ended)
 		if r := a.shown[m.ended]; r != nil {
-			a.opts.Logf("request %s ended (%s); closing its notification", m.ended, m.outcome)
+			a.opts.Logf("request %s ended (%s%s); closing its notification", m.ended, m.outcome, reasonSuffix(m.reason))
 			a.forget(r, true)
 		}
 	case m.expired != "":
@@ -642,3 +645,10 @@ func (s *endedSet) add(id string) {
 }
 
 func (s *endedSet) has(id string) bool { return slices.Contains(s.ids, id) }
+
+func reasonSuffix(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + grant.SafeText(reason, 200)
+}

@@ -304,7 +304,7 @@ func TestApproverLifecycle(t *testing.T) {
 		a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, desktop.ApproverOptions{})
 		a.Pending(view("r_a"))
 		id := s.expect(t, "notify").id
-		a.Ended("r_a", "approved")
+		a.Ended("r_a", "approved", "")
 		if c := s.expect(t, "close"); c.id != id {
 			t.Errorf("closed %d, want %d", c.id, id)
 		}
@@ -316,7 +316,7 @@ func TestApproverLifecycle(t *testing.T) {
 		a.Pending(view("r_a"))
 		id := s.expect(t, "notify").id
 		s.events <- desktop.Event{ID: id, Closed: true, Reason: desktop.ClosedDismissed}
-		a.Ended("r_a", "timeout")
+		a.Ended("r_a", "timeout", "")
 		a.Pending(view("r_barrier"))
 		if got := s.expect(t, "notify").n.Body; !strings.Contains(got, "r_barrier") {
 			t.Errorf("after a dismissal: %q, want the barrier request shown and nothing closed", got)
@@ -330,7 +330,7 @@ func TestApproverLifecycle(t *testing.T) {
 		a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, desktop.ApproverOptions{})
 		a.Pending(view("r_a"))
 		a.Pending(view("r_a"))
-		a.Ended("r_b", "approved")
+		a.Ended("r_b", "approved", "")
 		a.Pending(view("r_b")) // stale: it already ended
 		a.Pending(view("r_barrier"))
 		s.expect(t, "notify")
@@ -387,7 +387,7 @@ func TestApproverQRImage(t *testing.T) {
 	if txt := zbarDecode(t, u.Path); txt != link {
 		t.Errorf("the QR image holds %q, want %q", txt, link)
 	}
-	a.Ended("r_qr", "approved")
+	a.Ended("r_qr", "approved", "")
 	s.expect(t, "close")
 	if _, err := os.Stat(u.Path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("QR image left behind after the request ended: %v", err)

@@ -1,0 +1,143 @@
+package keyd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+)
+
+// The approver's verbs: PENDING, APPROVE, DENY and WATCH. They go through
+// Handle like every request, so each is audited, and the phone page decides
+// through the same path as the socket (Decide).
+
+func (s *Server) pending(r *request) (*protocol.Frame, error) {
+	if err := r.requireApprover(); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(map[string]any{"pending": s.queue.list()})
+	if err != nil {
+		return nil, err
+	}
+	return &protocol.Frame{Kind: protocol.KindPending, Data: raw}, nil
+}
+
+// approvalChannel is the channel an approval from r counts as: the phone for
+// a paired device, else the terminal, unless the desktop approver says it
+// relays a notification click.
+func approvalChannel(r *request) (string, error) {
+	if r.caller.Device != "" {
+		return "phone", nil
+	}
+	switch r.f.Channel {
+	case "", "terminal":
+		return "terminal", nil
+	case "desktop":
+		return "desktop", nil
+	}
+	return "", &protocol.Error{Code: protocol.CodeInvalidParams, Message: fmt.Sprintf("channel %q cannot approve over the socket", r.f.Channel)}
+}
+
+// decide runs APPROVE (approve true) and DENY.
+func (s *Server) decide(r *request, approve bool) (*protocol.Frame, error) {
+	if err := r.requireApprover(); err != nil {
+		return nil, err
+	}
+	r.rec.Target = r.f.Request
+	if r.f.Request == "" {
+		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: r.f.Verb + " needs \"request\""}
+	}
+	if approve && r.f.Match == "" {
+		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "APPROVE needs \"match\": the code shown where the agent asked"}
+	}
+	ch, err := approvalChannel(r)
+	if err != nil {
+		return nil, err
+	}
+	a := Approval{Approver: r.caller.name(), Channel: ch, Weak: r.caller.Roles.Weak}
+	if err := s.queue.decide(r.f.Request, approve, r.f.Match, a); err != nil {
+		return nil, err
+	}
+	r.rec.Kind, r.rec.Decision = audit.KindDecide, "denied"
+	if approve {
+		r.rec.Decision = "approved"
+	}
+	return &protocol.Frame{Kind: protocol.KindOK}, nil
+}
+
+// Decide approves or denies a pending request for the paired phone named
+// device: the phone page, which has authenticated the device and checked
+// that the request came from another machine, calls it. It goes through the
+// pipeline as an APPROVE or DENY from that device, on the phone channel, and
+// is audited as one.
+func (s *Server) Decide(id string, approve bool, match, device string) error {
+	f := &protocol.Frame{Verb: protocol.VerbDeny, Request: id}
+	if approve {
+		f.Verb, f.Match = protocol.VerbApprove, match
+	}
+	_, err := s.Handle(context.Background(), phoneCaller(device), f, nil)
+	return err
+}
+
+// watchNotifier streams queue news to an approver as EVENTs. It never
+// blocks the request that reports the news: events go into a buffer that
+// the watch's own goroutine writes out. A watcher that falls that far
+// behind is cut off. Attack: an approver connection that stops reading,
+// which would otherwise stall every request for the write deadline.
+type watchNotifier struct {
+	events chan watchEvent
+	lost   chan struct{}
+	once   sync.Once
+}
+
+type watchEvent struct {
+	message string
+	data    any
+}
+
+const watchBuffer = 1024
+
+func (w *watchNotifier) push(message string, data any) {
+	select {
+	case w.events <- watchEvent{message, data}:
+	default:
+		w.once.Do(func() { close(w.lost) })
+	}
+}
+
+func (w *watchNotifier) Pending(v protocol.PendingView) { w.push("pending", v) }
+func (w *watchNotifier) Ended(id, outcome, reason string) {
+	w.push("ended", map[string]string{"id": id, "outcome": outcome, "reason": reason})
+}
+
+// errWatchBehind ends a WATCH whose approver stopped reading its events.
+var errWatchBehind = &protocol.Error{Code: protocol.CodeLimit, Message: "the approver fell behind its WATCH feed"}
+
+// watch streams every pending request and its end to an approver until the
+// requester goes away: the desktop approver's feed. Its final reply comes
+// only when the daemon shuts down.
+func (s *Server) watch(r *request) (*protocol.Frame, error) {
+	if err := r.requireApprover(); err != nil {
+		return nil, err
+	}
+	w := &watchNotifier{events: make(chan watchEvent, watchBuffer), lost: make(chan struct{})}
+	cancel := s.queue.subscribe(w)
+	defer cancel()
+	for _, v := range s.queue.list() {
+		w.Pending(v)
+	}
+	for {
+		select {
+		case ev := <-w.events:
+			r.event(ev.message, ev.data)
+		case <-w.lost:
+			s.logf("approver %s fell behind its WATCH feed; closing it", r.caller.name())
+			return nil, errWatchBehind
+		case <-r.ctx.Done():
+			return &protocol.Frame{Kind: protocol.KindOK}, nil
+		}
+	}
+}
