@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -36,23 +39,30 @@ the codes differ, another request may be racing the one you expect.`,
 			if err != nil {
 				return daemonError(err)
 			}
-			found := false
-			for _, v := range list {
-				if v.ID == id {
-					found = true
-					fmt.Fprintln(os.Stderr)
-					printPendingTo(os.Stderr, v)
-				}
-			}
-			if !found {
+			i := slices.IndexFunc(list, func(v protocol.PendingView) bool { return v.ID == id })
+			if i < 0 {
 				return &exitError{code: exitFail, err: fmt.Errorf("no pending request %q", id), hint: "list waiting requests with: parley-grant pending"}
+			}
+			// The whole request is shown before the code is asked for
+			// (DESIGN.md property 8): on a terminal a screenful at a
+			// time, each page after the human pressed Enter.
+			var shown strings.Builder
+			fmt.Fprintln(&shown)
+			printPendingTo(&shown, list[i])
+			in := bufio.NewReader(os.Stdin)
+			if rows := terminalRows(); rows > 0 && code == "" {
+				if err := page(os.Stderr, in, shown.String(), rows); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprint(os.Stderr, shown.String())
 			}
 			if code == "" {
 				if !term.IsTerminal(int(os.Stdin.Fd())) {
 					return usage(errors.New("no terminal to ask for the match code"), "pass it with --code NN")
 				}
 				fmt.Fprint(os.Stderr, "Match code shown where the agent asked: ")
-				line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+				line, err := in.ReadString('\n')
 				if err != nil {
 					return fmt.Errorf("reading the code: %w", err)
 				}
@@ -90,4 +100,36 @@ func newDenyCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// terminalRows returns the height of the terminal on stderr and stdin, or 0
+// when either is not a terminal.
+func terminalRows() int {
+	if !term.IsTerminal(int(os.Stdin.Fd())) || !term.IsTerminal(int(os.Stderr.Fd())) {
+		return 0
+	}
+	_, rows, err := term.GetSize(int(os.Stderr.Fd()))
+	if err != nil {
+		return 0
+	}
+	return rows
+}
+
+// page writes text to w a screen of rows lines at a time, waiting for a line
+// from in (Enter) between screens, so that a request longer than the screen
+// is read whole before its code is asked for.
+func page(w io.Writer, in *bufio.Reader, text string, rows int) error {
+	per := max(rows-2, 3)
+	lines := strings.SplitAfter(text, "\n")
+	for start := 0; start < len(lines); start += per {
+		end := min(start+per, len(lines))
+		fmt.Fprint(w, strings.Join(lines[start:end], ""))
+		if end < len(lines) {
+			fmt.Fprintf(w, "-- lines %d–%d of %d; Enter for more --", start+1, end, len(lines)-1)
+			if _, err := in.ReadString('\n'); err != nil {
+				return fmt.Errorf("reading the terminal: %w", err)
+			}
+		}
+	}
+	return nil
 }

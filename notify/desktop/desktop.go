@@ -463,6 +463,13 @@ func (a *Approver) show(v protocol.PendingView) {
 		}
 		actions = append(actions, Action{Key: c, Label: "Code " + c})
 	}
+	if !fitsNotification(v) {
+		// A notification shows a few lines; what the human approves must
+		// be shown whole (DESIGN.md property 8). So a longer request gets
+		// its summary and a pointer to where it is shown whole, and no
+		// code to approve it with: only Deny.
+		actions = actions[:0]
+	}
 	actions = append(actions, Action{Key: DenyAction, Label: "Deny"})
 
 	r := &shownRequest{view: v}
@@ -504,6 +511,25 @@ func (a *Approver) show(v protocol.PendingView) {
 	a.opts.Logf("request %s shown as notification %d", v.ID, id)
 }
 
+// The most a notification shows of a request, in lines and characters of
+// its text. Servers cut or scroll longer bodies (dunst shows a few lines), so
+// a longer request is not offered for approval there (fitsNotification).
+const (
+	maxNotifyLines = 14
+	maxNotifyChars = 1200
+)
+
+// fitsNotification reports whether v's text can be shown whole in a
+// notification. A view without a line count comes from a daemon that did
+// not count: it is counted here.
+func fitsNotification(v protocol.PendingView) bool {
+	lines := v.Lines
+	if lines == 0 {
+		lines = strings.Count(v.Text, "\n") + 1
+	}
+	return lines <= maxNotifyLines && len(v.Text) <= maxNotifyChars
+}
+
 // body is what the notification says: the daemon's rendering, made safe for
 // display once more (defence in depth: it already is), then escaped for
 // servers that parse markup.
@@ -512,8 +538,14 @@ func (a *Approver) body(v protocol.PendingView) string {
 	if a.opts.Weak {
 		b.WriteString(WeakLine + "\n")
 	}
-	b.WriteString(strings.TrimRight(grant.SafeLines(v.Text, 4000), "\n"))
-	b.WriteString("\nChoose the code shown where the agent asked. A wrong code denies the request.")
+	if fitsNotification(v) {
+		b.WriteString(strings.TrimRight(grant.SafeLines(v.Text, 0), "\n"))
+		b.WriteString("\nChoose the code shown where the agent asked. A wrong code denies the request.")
+	} else {
+		fmt.Fprintf(&b, "%s\n", grant.SafeText(v.Summary, 0))
+		fmt.Fprintf(&b, "This request is %d lines long, more than a notification shows whole, so it cannot be approved here.\n", v.Lines)
+		fmt.Fprintf(&b, "Read it whole and decide in a terminal: parley-grant approve %s", grant.SafeText(v.ID, 64))
+	}
 	if v.Link != "" {
 		fmt.Fprintf(&b, "\nOr approve it on your phone: %s", grant.SafeText(v.Link, 400))
 	}

@@ -168,8 +168,21 @@ func TestApproverShows(t *testing.T) {
 		{
 			name: "ok/unsafe-text-neutralized-again",
 			view: view("r_d", func(v *protocol.PendingView) { v.Text = "evil \x1b[2J\u202eright-to-left\n" }),
-			wantBody: grant.SafeLines("evil \x1b[2J\u202eright-to-left", 4000) +
+			wantBody: grant.SafeLines("evil \x1b[2J\u202eright-to-left", 0) +
 				"\nChoose the code shown where the agent asked. A wrong code denies the request.",
+		},
+		{
+			// Property 8: a request longer than a notification shows is
+			// offered only its summary and Deny, never a part for approval.
+			name: "ok/too-long-summary-and-deny-only",
+			view: view("r_f", func(v *protocol.PendingView) {
+				v.Text = strings.Repeat("  - calendar.find\n", 20) + "  - mail.*\n"
+				v.Lines = 21
+				v.Summary = "21 capability patterns · until 12:00"
+			}),
+			wantBody: "21 capability patterns · until 12:00\n" +
+				"This request is 21 lines long, more than a notification shows whole, so it cannot be approved here.\n" +
+				"Read it whole and decide in a terminal: parley-grant approve r_f",
 		},
 		{
 			name: "ok/strong-request-strong-approver",
@@ -184,10 +197,14 @@ func TestApproverShows(t *testing.T) {
 			a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, desktop.ApproverOptions{Weak: tt.weak})
 			a.Pending(tt.view)
 			got := s.expect(t, "notify").n
+			actions := []desktop.Action{{"31", "Code 31"}, {"47", "Code 47"}, {"82", "Code 82"}, {"deny", "Deny"}}
+			if tt.view.Lines > 14 {
+				actions = actions[3:]
+			}
 			want := desktop.Notification{
 				Summary: "tester asks for a grant",
 				Body:    tt.wantBody,
-				Actions: []desktop.Action{{"31", "Code 31"}, {"47", "Code 47"}, {"82", "Code 82"}, {"deny", "Deny"}},
+				Actions: actions,
 				Urgency: desktop.UrgencyCritical,
 				Expire:  0,
 			}
