@@ -35,7 +35,7 @@ func TestCheckpointNotAGrantSignature(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if json.Valid(msg) || msg[0] == '{' || !bytes.HasPrefix(msg, []byte(checkpointDomain)) {
+	if json.Valid(msg) || msg[0] == '{' || !bytes.HasPrefix(msg, []byte("parley-keyd audit checkpoint v1\n")) {
 		t.Fatalf("checkpoint message %q could be read as JSON", msg)
 	}
 	sig, _ := base64.RawURLEncoding.DecodeString(cp.Sig)
@@ -129,6 +129,7 @@ func TestParseCheckpoint(t *testing.T) {
 	}
 	for name, in := range map[string]string{
 		"duplicate-seq":  strings.Replace(string(line), `"seq":41`, `"seq":41,"seq":42`, 1),
+		"case-variant":   strings.Replace(string(line), `"seq":41`, `"seq":41,"SEQ":42`, 1),
 		"unknown-field":  strings.Replace(string(line), `"seq":41`, `"seq":41,"extra":1`, 1),
 		"two-values":     string(line) + " {}",
 		"not-an-object":  `[1]`,

@@ -207,3 +207,13 @@ func newHasher() *hasher { return &hasher{sha256.New()} }
 func (h *hasher) Write(b []byte) { h.h.Write(b) }
 
 func (h *hasher) Sum() string { return base64.RawURLEncoding.EncodeToString(h.h.Sum(nil)) }
+
+func isB64(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -3,7 +3,6 @@ package audit
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -75,60 +74,6 @@ func (w FileWitness) Witness(ctx context.Context, cp *Checkpoint) error {
 // Latest reads the file's last line.
 func (w FileWitness) Latest(ctx context.Context) (*Checkpoint, error) {
 	return LatestCheckpoint(w.Path)
-}
-
-// LatestCheckpoint reads the last checkpoint of a file of checkpoints (one
-// JSON line each, as FileWitness writes them, or records of kind
-// "checkpoint"). A missing file has none: nil, nil.
-func LatestCheckpoint(path string) (*Checkpoint, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	var read int64
-	lines, _, err := tailLines(f, fi.Size(), func(line []byte) bool { return len(bytes.TrimSpace(line)) > 0 }, &read)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	for i := len(lines) - 1; i >= 0; i-- {
-		if len(bytes.TrimSpace(lines[i])) > 0 {
-			cp, err := ParseCheckpoint(lines[i])
-			if err != nil {
-				return nil, fmt.Errorf("%s: last line: %w", path, err)
-			}
-			return cp, nil
-		}
-	}
-	return nil, nil
-}
-
-// ReadCheckpoints reads every checkpoint of a file of checkpoints (one JSON
-// object per line; blank lines are skipped).
-func ReadCheckpoints(path string) ([]*Checkpoint, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var out []*Checkpoint
-	for i, line := range bytes.Split(data, []byte("\n")) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		cp, err := ParseCheckpoint(line)
-		if err != nil {
-			return nil, fmt.Errorf("%s line %d: %w", path, i+1, err)
-		}
-		out = append(out, cp)
-	}
-	return out, nil
 }
 
 // CommandWitness runs a program for every checkpoint, with the checkpoint
@@ -449,60 +394,4 @@ func (s *subscribers) closeAll() {
 		delete(s.m, ch)
 		close(ch)
 	}
-}
-
-// Keeper keeps the latest checkpoint of a log in a file, for an approver
-// (or anyone outside the daemon's reach) that receives checkpoints as the
-// daemon makes them. Keep refuses, and leaves the file as it is, a
-// checkpoint that does not verify under the principal key or that
-// contradicts the one kept (an older seq, another hash at the same seq,
-// another log): that is a daemon showing a rolled-back, rewritten or
-// replaced log, and the error says so.
-type Keeper struct{ Path string }
-
-// Latest returns the checkpoint kept, or nil.
-func (k Keeper) Latest() (*Checkpoint, error) { return LatestCheckpoint(k.Path) }
-
-// Keep verifies cp under key and keeps it when it is newer than the one
-// kept. The file is replaced atomically and fsynced.
-func (k Keeper) Keep(cp *Checkpoint, key ed25519.PublicKey) error {
-	if key == nil {
-		return fmt.Errorf("%w: no key to check it against", ErrCheckpoint)
-	}
-	if err := cp.Verify(key); err != nil {
-		return err
-	}
-	kept, err := k.Latest()
-	if err != nil {
-		return err
-	}
-	if kept != nil {
-		if err := Consistent(kept, cp); err != nil {
-			return err
-		}
-		if cp.Seq == kept.Seq {
-			return nil
-		}
-	}
-	tmp := k.Path + ".tmp"
-	os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(cp.Marshal(), '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, k.Path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("keep checkpoint: %w", err)
-	}
-	return syncDir(filepath.Dir(k.Path))
 }
