@@ -34,6 +34,9 @@ type Config struct {
 	// MaxConnectionsPerUser caps the open connections of one uid, so that
 	// one agent cannot use them all and lock approvers out.
 	MaxConnectionsPerUser int `toml:"max_connections_per_user"`
+	// FrameTimeout is how long a frame may take to arrive once its first
+	// byte has (default 10s); a slower one ends its connection.
+	FrameTimeout Duration `toml:"frame_timeout"`
 
 	Access Access `toml:"access"`
 	Phone  Phone  `toml:"phone"`
@@ -99,6 +102,7 @@ const (
 	DefaultApprovalTimeout = 120 * time.Second
 	DefaultMaxConnections  = 4096
 	DefaultMaxPerUser      = 1024
+	DefaultFrameTimeout    = 10 * time.Second
 )
 
 // ParseConfig reads a configuration strictly: unknown keys and bad values are
@@ -124,6 +128,9 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.FrameTimeout.Duration == 0 {
+		c.FrameTimeout.Duration = DefaultFrameTimeout
 	}
 	if c.MaxConnectionsPerUser == 0 {
 		c.MaxConnectionsPerUser = min(DefaultMaxPerUser, c.MaxConnections)
@@ -243,6 +250,13 @@ policy = "policy.toml"
 
 # How long a request waits for a human before it is refused.
 approval_timeout = "120s"
+
+# Limits (the defaults are shown; docs/protocol.md explains them). Agents
+# together never hold the last 1/64 of the connections: approvers keep them.
+# max_connections = 4096
+# max_connections_per_user = 1024
+# How long a frame may take to arrive once its first byte has.
+# frame_timeout = "10s"
 
 [access]
 # Users (names or uids) and groups whose processes may ask for grants.
