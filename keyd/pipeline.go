@@ -267,7 +267,7 @@ func (c *conn) agentName(pol *policies.Policy, holder string) (string, error) {
 }
 
 func (c *conn) rateLimit(pol *policies.Policy, agent string) error {
-	if ok, retry := c.s.limiter.Allow(pol, agent, c.s.now()); !ok {
+	if ok, retry := c.s.limiter.Allow(pol, agent, c.id.UID, c.s.now()); !ok {
 		secs := int(retry.Seconds() + 0.999)
 		if secs < 1 {
 			secs = 1
@@ -434,7 +434,7 @@ func (c *conn) waitForHuman(f *protocol.Frame, view protocol.PendingView, agent 
 	timeout := cfg.ApprovalTimeout.Duration
 	view.Created = c.s.now().Unix()
 	view.Expires = c.s.now().Add(timeout).Unix()
-	it, err := c.s.queue.add(view, agent, maxPending)
+	it, err := c.s.queue.add(view, agent, c.id.UID, maxPending)
 	if err != nil {
 		return Approval{Code: protocol.CodeLimit, Reason: err.Error()}, err
 	}
