@@ -46,6 +46,12 @@ file leaves the old one in force); SIGTERM answers waiting requests and exits.`,
 }
 
 func serve(state, configPath, socketFlag, passFile string) error {
+	// Attack: any agent can make the daemon log a line (by closing its
+	// connection mid-frame). Were SIGPIPE not ignored, a log line written
+	// after whoever reads stderr went away would kill the daemon on the
+	// spot, without its stop record. Ignored, the write fails and the
+	// daemon serves on.
+	signal.Ignore(syscall.SIGPIPE)
 	logger := log.New(os.Stderr, "parley-keyd: ", 0)
 	// First of all: no core dumps, no ptrace or /proc/PID/mem by our own uid.
 	rep, err := keyd.Harden()
