@@ -125,7 +125,8 @@ func (d *Daemon) AuditLog() *audit.Log { return d.log }
 // by socket activation when there is one, else a new socket at the
 // configuration's path. A socket file left by a dead daemon is replaced, but
 // only after checking that nothing answers on it; anything else at that path
-// is left alone and reported.
+// is left alone and reported. Either way, a socket in a folder that users
+// other than root and the daemon's could write is refused (SocketDirError).
 func (d *Daemon) Listen() (net.Listener, error) {
 	lns, err := activation.Listeners()
 	if err != nil {
@@ -133,6 +134,12 @@ func (d *Daemon) Listen() (net.Listener, error) {
 	}
 	for _, ln := range lns {
 		if _, ok := ln.(*net.UnixListener); ok {
+			if p := ln.Addr().String(); filepath.IsAbs(p) {
+				if err := checkSocketDir(p, uint32(os.Getuid())); err != nil {
+					ln.Close()
+					return nil, err
+				}
+			}
 			return ln, nil
 		}
 	}
@@ -140,6 +147,12 @@ func (d *Daemon) Listen() (net.Listener, error) {
 	path := cfg.Socket
 	if path == "" {
 		return nil, errors.New("the configuration names no socket")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if err := checkSocketDir(path, uint32(os.Getuid())); err != nil {
+		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
@@ -152,9 +165,6 @@ func (d *Daemon) Listen() (net.Listener, error) {
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("removing the stale socket %s: %w", path, err)
 		}
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, err
 	}
 	// Create the socket with no access, then open it up to the configured
 	// mode: no window in which it is wider than configured.

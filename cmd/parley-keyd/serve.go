@@ -112,8 +112,12 @@ func serve(state, configPath, socketFlag, passFile string) error {
 
 	ln, err := d.Listen()
 	var inUse *keyd.InUseError
-	if errors.As(err, &inUse) {
+	var dirErr *keyd.SocketDirError
+	switch {
+	case errors.As(err, &inUse):
 		return withHint(err, "stop it first, or use another --socket")
+	case errors.As(err, &dirErr):
+		return withHint(err, dirErr.Fix())
 	}
 	if err != nil {
 		return err
