@@ -30,14 +30,24 @@ func shortKey(k string) string {
 	return k
 }
 
+// whoLine says who asked: the kernel's uid and pid, then, on a line of its
+// own, the program and unit the daemon saw in /proc. Those are shown as
+// observed, not proven: another program of the same user can appear as
+// them (it can take over the agent's connection with pidfd_getfd, or exec
+// the trusted program once connected), so the human must not read them as
+// proof of which program asks (docs/policy.md).
 func (c *conn) whoLine(agent string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "agent %q: user %s (uid %d), pid %d", safe(agent), safe(c.id.User), c.id.UID, c.id.PID)
+	var seen []string
 	if c.id.Exe != "" {
-		fmt.Fprintf(&b, ", %s", safe(c.id.Exe))
+		seen = append(seen, "program "+safe(c.id.Exe))
 	}
 	if c.id.Unit != "" {
-		fmt.Fprintf(&b, ", unit %s", safe(c.id.Unit))
+		seen = append(seen, "unit "+safe(c.id.Unit))
+	}
+	if len(seen) > 0 {
+		fmt.Fprintf(&b, "\nObserved %s (not proof: any program of user %s can appear so)", strings.Join(seen, ", "), safe(c.id.User))
 	}
 	return b.String()
 }
