@@ -123,6 +123,13 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		return err
 	}
 	logger.Printf("listening on %s; principal %s", ln.Addr(), d.Principal())
+	// Connection slots are only worth what the open-file limit allows: past
+	// it, accept fails for approvers and agents alike.
+	var nofile syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err == nil && nofile.Cur < uint64(cfg.MaxConnections)+256 {
+		logger.Printf("warning: the open-file limit (%d) is below max_connections (%d) + 256: when agents hold many connections, approvers may be refused; raise LimitNOFILE= or lower max_connections",
+			nofile.Cur, cfg.MaxConnections)
+	}
 	stopPhone, err := startPhone(d.Server, cfg, state, logger.Printf)
 	if err != nil {
 		ln.Close()
