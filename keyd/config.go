@@ -34,8 +34,9 @@ type Config struct {
 	// MaxConnectionsPerUser caps the open connections of one uid, so that
 	// one agent cannot use them all and lock approvers out.
 	MaxConnectionsPerUser int `toml:"max_connections_per_user"`
-	// FrameTimeout is how long a frame may take to arrive once its first
-	// byte has (default 10s); a slower one ends its connection.
+	// FrameTimeout is how long, in all, the daemon waits for the rest of a
+	// frame once its first byte has arrived (default 10s); a slower frame
+	// ends its connection.
 	FrameTimeout Duration `toml:"frame_timeout"`
 
 	Access Access `toml:"access"`
@@ -255,7 +256,7 @@ approval_timeout = "120s"
 # together never hold the last 1/64 of the connections: approvers keep them.
 # max_connections = 4096
 # max_connections_per_user = 1024
-# How long a frame may take to arrive once its first byte has.
+# How long, in all, to wait for the rest of a frame once its first byte came.
 # frame_timeout = "10s"
 
 [access]

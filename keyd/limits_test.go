@@ -137,9 +137,10 @@ func TestFrameBudget(t *testing.T) {
 	})
 }
 
-// TestFrameTimeout: a frame whose first byte arrived must be whole within
-// the frame timeout; a slower one is answered with a refusal that says so,
-// and its connection is closed. A connection that sends nothing is not.
+// TestFrameTimeout: once a frame's first byte has arrived, the daemon waits
+// at most the frame timeout in all for the rest; a frame that takes longer,
+// half-sent or sent a byte at a time, is answered with a refusal that says
+// so, and its connection is closed. A connection that sends nothing is not.
 func TestFrameTimeout(t *testing.T) {
 	h := newHarness(t, func(c *Config, o *Options) { c.FrameTimeout.Duration = 300 * time.Millisecond })
 	idle, err := net.Dial("unix", h.sock)
@@ -155,12 +156,31 @@ func TestFrameTimeout(t *testing.T) {
 	br := bufio.NewReader(nc)
 	nc.Write([]byte(`{"parley":1,"id":"1","ve`))
 	f := readFrame(t, nc, br)
-	if f.Kind != protocol.KindError || f.Code != protocol.CodeLimit || !strings.Contains(f.Message, "not finished within 300ms") {
+	if f.Kind != protocol.KindError || f.Code != protocol.CodeLimit || !strings.Contains(f.Message, "did not arrive within 300ms") {
 		t.Fatalf("a half frame: %+v", f)
 	}
 	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := br.ReadByte(); err == nil {
 		t.Fatal("the connection stayed open after its frame timed out")
+	}
+	// A frame sent a byte at a time, each well within the timeout: the
+	// waits add up, and it is cut off all the same.
+	trickle, err := net.Dial("unix", h.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trickle.Close()
+	go func() {
+		frame := `{"parley":1,"id":"3","verb":"HELLO","pad":"` + strings.Repeat("x", 400) + `"}` + "\n"
+		for i := range len(frame) {
+			if _, err := trickle.Write([]byte{frame[i]}); err != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond) // the attack's pace
+		}
+	}()
+	if f := readFrame(t, trickle, bufio.NewReader(trickle)); f.Code != protocol.CodeLimit || !strings.Contains(f.Message, "did not arrive within 300ms") {
+		t.Fatalf("a frame sent a byte at a time: %+v", f)
 	}
 	// The idle connection is still served, well after the timeout.
 	idle.Write([]byte(`{"parley":1,"id":"2","verb":"HELLO"}` + "\n"))

@@ -379,8 +379,41 @@ func errorFrame(re string, e *protocol.Error) *protocol.Frame {
 	return &protocol.Frame{Kind: protocol.KindError, ID: "e" + re, Re: re, Code: e.Code, Message: e.Message, Fix: e.Fix, Retry: e.Retry, Rule: e.Rule}
 }
 
+// frameClock reads from a connection. Armed, it lets its reads wait for
+// the client at most a given time in all, and then fails them with
+// os.ErrDeadlineExceeded. It counts only the time spent waiting in reads,
+// not the time the daemon takes between them: a daemon slowed down by load
+// does not cut off a client that sends its frame at once.
+type frameClock struct {
+	nc    *net.UnixConn
+	armed bool
+	left  time.Duration
+}
+
+func (k *frameClock) Read(p []byte) (int, error) {
+	if !k.armed {
+		return k.nc.Read(p)
+	}
+	if k.left <= 0 {
+		return 0, os.ErrDeadlineExceeded
+	}
+	start := time.Now()
+	k.nc.SetReadDeadline(start.Add(k.left))
+	n, err := k.nc.Read(p)
+	k.left -= time.Since(start)
+	return n, err
+}
+
+// arm starts a frame's allowance of waiting; disarm ends it.
+func (k *frameClock) arm(d time.Duration) { k.armed, k.left = true, d }
+func (k *frameClock) disarm() {
+	k.armed = false
+	k.nc.SetReadDeadline(time.Time{})
+}
+
 func (c *conn) readLoop() {
-	fr := protocol.NewFrameReader(c.nc)
+	clock := &frameClock{nc: c.nc}
+	fr := protocol.NewFrameReader(clock)
 	fr.Hold = c.hold
 	timeout := c.s.cfg.Load().FrameTimeout.Duration
 	// unclaimed is what the last frame holds while no handler has taken
@@ -393,16 +426,17 @@ func (c *conn) readLoop() {
 		whole, err := fr.Wait()
 		if !whole && err == nil {
 			// Attack: a client that starts a frame and never finishes it
-			// (slow loris), holding its bytes and its slot. Once a frame's
-			// first byte has arrived, the whole frame must follow within
-			// the frame timeout.
-			c.nc.SetReadDeadline(time.Now().Add(timeout))
+			// (slow loris), or sends it a byte at a time, holding its
+			// bytes and its slot. Once a frame's first byte has arrived,
+			// the daemon waits at most the frame timeout, in all, for the
+			// rest of it.
+			clock.arm(timeout)
 		}
 		var line []byte
 		if err == nil {
 			line, err = fr.Next()
 			if !whole {
-				c.nc.SetReadDeadline(time.Time{})
+				clock.disarm()
 			}
 		}
 		unclaimed, c.held = c.held, frameHold{}
@@ -414,9 +448,9 @@ func (c *conn) readLoop() {
 			c.send(errorFrame("", c.budgetRefusal()))
 			continue
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			c.s.logf("pid %d did not finish a frame within %s; closing its connection", c.id.PID, timeout)
+			c.s.logf("pid %d did not send the rest of a frame within %s; closing its connection", c.id.PID, timeout)
 			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeLimit,
-				Message: fmt.Sprintf("the frame was not finished within %s of its first byte; the connection is closed", timeout)}))
+				Message: fmt.Sprintf("the rest of the frame did not arrive within %s; the connection is closed", timeout)}))
 			return
 		case err != nil:
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && c.ctx.Err() == nil {
