@@ -506,13 +506,24 @@ func (c *conn) readLoop() {
 			defer c.handlers.Done()
 			defer c.release(held)
 			defer c.bytes.Release(size)
-			defer func() { <-c.sem }()
-			defer c.releaseID(f.ID)
+			// The request stops being in flight, and its id is free again,
+			// before its final reply goes out: a client may send the next
+			// request, with the same id, as soon as it has read the reply.
+			done := false
+			settle := func() {
+				if !done {
+					done = true
+					c.releaseID(f.ID)
+					<-c.sem
+				}
+			}
+			defer settle()
 			defer func() {
 				// The daemon never crashes on input: a handler bug
 				// answers "internal" and the connection lives on.
 				if r := recover(); r != nil {
 					c.s.logf("panic in %s: %v", f.Verb, r)
+					settle()
 					c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}))
 				}
 			}()
@@ -530,6 +541,7 @@ func (c *conn) readLoop() {
 				if reply.ID == "" {
 					reply.ID = "r" + f.ID
 				}
+				settle()
 				c.send(reply)
 			}
 		}(f)
