@@ -4,7 +4,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -108,201 +107,73 @@ func chainMessage(err error) string {
 	return err.Error()
 }
 
-// parentLimits gathers what the caveats of a grant already allow.
-type parentLimits struct {
-	svc, verbs [][]string // each svc (verbs) caveat's list
-	can        [][]string
-	exp        *int64 // earliest exp
-	nbf        *int64 // latest nbf
-	per, spend []grant.Money
-	risk       *int // lowest risk rank
-	only       []string
-}
-
-func limitsOf(t *grant.Token) parentLimits {
-	var l parentLimits
-	for _, b := range t.Blocks {
-		for _, c := range b.Payload.Caveats {
-			switch c.Name {
-			case grant.CaveatSvc, grant.CaveatVerbs, grant.CaveatCan:
-				ss, err := c.Strings()
-				if err != nil {
-					continue
-				}
-				switch c.Name {
-				case grant.CaveatSvc:
-					l.svc = append(l.svc, ss)
-				case grant.CaveatVerbs:
-					l.verbs = append(l.verbs, ss)
-				default:
-					l.can = append(l.can, ss)
-				}
-			case grant.CaveatExp:
-				if n, err := c.Int(); err == nil && (l.exp == nil || n < *l.exp) {
-					l.exp = &n
-				}
-			case grant.CaveatNbf:
-				if n, err := c.Int(); err == nil && (l.nbf == nil || n > *l.nbf) {
-					l.nbf = &n
-				}
-			case grant.CaveatPer, grant.CaveatSpend:
-				if m, err := c.Money(); err == nil {
-					if c.Name == grant.CaveatPer {
-						l.per = append(l.per, m)
-					} else {
-						l.spend = append(l.spend, m)
-					}
-				}
-			case grant.CaveatRisk:
-				if s, err := c.Text(); err == nil {
-					if r, ok := grant.RiskRank(s); ok && (l.risk == nil || r < *l.risk) {
-						l.risk = &r
-					}
-				}
-			case grant.CaveatOnly:
-				if s, err := c.Text(); err == nil {
-					l.only = append(l.only, s)
-				}
-			}
-		}
-	}
-	return l
-}
-
 // narrowWarnings returns a sentence for each new caveat that cannot narrow
 // what t already allows, and for each list entry that t does not allow
-// anyway. The new caveats are still added: they are harmless.
+// anyway. The new caveats are still added: they are harmless. What a
+// caveat means is grant's to say (Token.Allowance, Allowance.Narrowing);
+// this only words it for the command line.
 func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64) []string {
-	l := limitsOf(t)
+	a := t.Allowance()
 	var out []string
 	for _, c := range cavs {
+		n := a.Narrowing(c, now)
 		switch c.Name {
 		case grant.CaveatSvc, grant.CaveatVerbs:
-			news, _ := c.Strings()
-			parent := l.svc
 			what := "service"
 			if c.Name == grant.CaveatVerbs {
-				parent, what = l.verbs, "verb"
+				what = "verb"
 			}
-			if len(parent) == 0 {
-				continue
-			}
-			allowed := intersect(parent)
-			var extra []string
-			for _, s := range news {
-				if !slices.Contains(allowed, s) {
-					extra = append(extra, s)
-				}
-			}
-			if len(extra) > 0 {
+			if len(n.Outside) > 0 {
 				out = append(out, fmt.Sprintf("--%s %s: the grant does not allow %s anyway", c.Name,
-					strings.Join(extra, ","), plural(len(extra), "this "+what, "these "+what+"s")))
+					strings.Join(n.Outside, ","), plural(len(n.Outside), "this "+what, "these "+what+"s")))
 			}
-			if subset(allowed, news) {
+			if !n.Narrows {
+				allowed, _ := n.By.Strings()
 				out = append(out, fmt.Sprintf("--%s narrows nothing: the grant already allows only %s", c.Name, wordsOrNone(allowed)))
 			}
 		case grant.CaveatCan:
-			news, _ := c.Strings()
-			for _, p := range l.can {
-				if coversAll(news, p) {
-					out = append(out, fmt.Sprintf("--can narrows nothing: the grant already allows only %s", strings.Join(p, ", ")))
-					break
-				}
+			if !n.Narrows {
+				p, _ := n.By.Strings()
+				out = append(out, fmt.Sprintf("--can narrows nothing: the grant already allows only %s", strings.Join(p, ", ")))
 			}
 		case grant.CaveatExp:
-			n, _ := c.Int()
-			if l.exp != nil && n >= *l.exp {
-				out = append(out, fmt.Sprintf("--exp %s narrows nothing: the grant already expires at %s", timeWords(n), timeWords(*l.exp)))
+			if !n.Narrows {
+				v, _ := c.Int()
+				out = append(out, fmt.Sprintf("--exp %s narrows nothing: the grant already expires at %s", timeWords(v), timeWords(a.Exp)))
 			}
 		case grant.CaveatNbf:
-			n, _ := c.Int()
+			v, _ := c.Int()
 			switch {
-			case l.nbf != nil && n <= *l.nbf:
-				out = append(out, fmt.Sprintf("--nbf %s narrows nothing: the grant is already not valid before %s", timeWords(n), timeWords(*l.nbf)))
-			case n <= now:
-				out = append(out, fmt.Sprintf("--nbf %s narrows nothing: that time has passed", timeWords(n)))
+			case n.Narrows:
+			case n.By.Name == grant.CaveatNbf:
+				out = append(out, fmt.Sprintf("--nbf %s narrows nothing: the grant is already not valid before %s", timeWords(v), timeWords(a.Nbf)))
+			default:
+				out = append(out, fmt.Sprintf("--nbf %s narrows nothing: that time has passed", timeWords(v)))
 			}
 		case grant.CaveatPer, grant.CaveatSpend:
-			m, _ := c.Money()
-			parent := l.per
-			if c.Name == grant.CaveatSpend {
-				parent = l.spend
-			}
-			for _, p := range parent {
-				if p.Currency == m.Currency && p.Amount <= m.Amount {
-					out = append(out, fmt.Sprintf("--%s %s narrows nothing: the grant already has %s %s", c.Name,
-						m.String(), c.Name, p.String()))
-					break
-				}
+			if !n.Narrows {
+				m, _ := c.Money()
+				p, _ := n.By.Money()
+				out = append(out, fmt.Sprintf("--%s %s narrows nothing: the grant already has %s %s", c.Name,
+					m.String(), c.Name, p.String()))
 			}
 		case grant.CaveatRisk:
-			s, _ := c.Text()
-			r, _ := grant.RiskRank(s)
-			if l.risk != nil && *l.risk <= r {
-				out = append(out, fmt.Sprintf("--risk %s narrows nothing: the grant already allows at most risk %s", s, riskName(*l.risk)))
+			if !n.Narrows {
+				s, _ := c.Text()
+				out = append(out, fmt.Sprintf("--risk %s narrows nothing: the grant already allows at most risk %s", s, a.Risk))
 			}
 		case grant.CaveatOnly:
 			s, _ := c.Text()
 			switch {
-			case slices.Contains(l.only, s):
+			case !n.Narrows:
 				out = append(out, "--only narrows nothing: the grant already commits only that proposal")
-			case len(l.only) > 0:
-				out = append(out, fmt.Sprintf("--only %s: the grant commits only the proposal %s, so no COMMIT can pass both", s, l.only[0]))
+			case n.Excludes:
+				other, _ := n.By.Text()
+				out = append(out, fmt.Sprintf("--only %s: the grant commits only the proposal %s, so no COMMIT can pass both", s, other))
 			}
 		}
 	}
 	return out
-}
-
-// intersect returns the entries common to all lists, in the order of the
-// first.
-func intersect(lists [][]string) []string {
-	var out []string
-	for _, s := range lists[0] {
-		in := true
-		for _, l := range lists[1:] {
-			if !slices.Contains(l, s) {
-				in = false
-				break
-			}
-		}
-		if in && !slices.Contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// subset reports whether every entry of a is in b.
-func subset(a, b []string) bool {
-	for _, s := range a {
-		if !slices.Contains(b, s) {
-			return false
-		}
-	}
-	return true
-}
-
-// coversAll reports whether every capability that some pattern of old
-// matches is matched by a pattern of news (§6.3, errata 1).
-func coversAll(news, old []string) bool {
-	for _, q := range old {
-		covered := false
-		for _, p := range news {
-			if prefix, ok := strings.CutSuffix(p, "*"); ok {
-				covered = strings.HasPrefix(q, prefix)
-			} else {
-				covered = p == q
-			}
-			if covered {
-				break
-			}
-		}
-		if !covered {
-			return false
-		}
-	}
-	return true
 }
 
 func wordsOrNone(ss []string) string {
@@ -317,8 +188,4 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
-}
-
-func riskName(r int) string {
-	return [...]string{grant.RiskLow, grant.RiskMedium, grant.RiskHigh}[r]
 }

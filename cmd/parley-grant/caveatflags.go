@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,9 +29,6 @@ type caveatFlags struct {
 	only     string
 	withOnly bool
 }
-
-// grantVerbs are the verbs a request can carry grants with (§3, §4).
-var grantVerbs = []string{"ASK", "INTENT", "COMMIT", "UNDO", "EXPAND"}
 
 // register adds the caveat flags to fs. withOnly adds --only, which only
 // makes sense where a grant for one proposal can be asked for.
@@ -75,7 +73,7 @@ func (f *caveatFlags) caveats(now time.Time) ([]grant.Caveat, error) {
 			return nil, err
 		}
 		for _, p := range pats {
-			if i := strings.IndexByte(p, '*'); i >= 0 && i != len(p)-1 {
+			if !grant.ValidPattern(p) {
 				return nil, usagef("a pattern is a name, or a prefix followed by * such as 'calendar.*'",
 					"--can %q: * may only end a pattern", p)
 			}
@@ -192,15 +190,15 @@ func parseVerbs(vals []string) ([]string, error) {
 	return out, nil
 }
 
-// parseVerb returns v in upper case when it is a verb that carries grants.
+// parseVerb returns v in upper case when it is a verb that carries grants
+// (grant.GrantVerbs: §3, §4).
 func parseVerb(v string) (string, error) {
 	u := strings.ToUpper(strings.TrimSpace(v))
-	for _, g := range grantVerbs {
-		if u == g {
-			return u, nil
-		}
+	verbs := grant.GrantVerbs()
+	if slices.Contains(verbs, u) {
+		return u, nil
 	}
-	return "", fmt.Errorf("%q is not one of %s", v, strings.Join(grantVerbs, ", "))
+	return "", fmt.Errorf("%q is not one of %s", v, strings.Join(verbs, ", "))
 }
 
 // isHash reports whether s has the form of a proposal hash: the b64url of

@@ -266,17 +266,12 @@ func proposalFacts(name string) (*grant.ProposalFacts, error) {
 	if err != nil {
 		return nil, fail(fmt.Errorf("--proposal %s: %w", name, err), "")
 	}
-	h, err := grant.ProposalHash(raw)
-	if err != nil {
-		return nil, fail(fmt.Errorf("--proposal %s: %w", name, err), "")
-	}
-	if p.Hash != "" && p.Hash != h {
+	if h := p.ContentHash(); p.Hash != "" && p.Hash != h {
 		return nil, fail(fmt.Errorf("--proposal %s: its hash field does not match its content (the content hashes to %s)", name, h),
 			"the proposal was changed after it was hashed; get it again from the service")
 	}
-	facts := p.Facts()
-	facts.Hash = h
-	return facts, nil
+	// The facts carry the hash computed from the content.
+	return p.Facts(), nil
 }
 
 // parseSpent parses --spent BLOCKID=AMOUNT flags. A bare integer is minor

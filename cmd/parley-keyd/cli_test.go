@@ -111,14 +111,14 @@ func TestCLIServeRefusesInvalidPolicy(t *testing.T) {
 func TestCLIAuditVerifyAndShow(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "audit.log")
-	// Three records written by the real log code, through the demo-free path:
-	// start a daemon? Simpler: let the e2e code write them via the library.
+	// The first line is the log's first checkpoint, then three records, then
+	// the stop checkpoint. testdata/audit has the rest.
 	writeTestLog(t, log, 3)
 	r := keydCmd(t, "audit", "verify", log)
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "ok: 3 records") {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "ok: 5 records") {
 		t.Fatalf("verify: %+v", r)
 	}
-	if s := keydCmd(t, "audit", "show", log); s.code != 0 || strings.Count(s.stdout, "\n") != 3 || !strings.Contains(s.stdout, "issue") {
+	if s := keydCmd(t, "audit", "show", log); s.code != 0 || strings.Count(s.stdout, "\n") != 5 || !strings.Contains(s.stdout, "issue") {
 		t.Errorf("show: %+v", s)
 	}
 	data, _ := os.ReadFile(log)
@@ -127,14 +127,17 @@ func TestCLIAuditVerifyAndShow(t *testing.T) {
 		name, content string
 		line          string
 	}{
-		{"fail/removed-middle", lines[0] + lines[2], "line 2"},
-		{"fail/edited", lines[0] + strings.Replace(lines[1], "bot", "bob", 1) + lines[2], "line 3"},
-		{"fail/reordered", lines[0] + lines[2] + lines[1], "line 2"},
+		{"fail/removed-middle", lines[0] + lines[1] + lines[3] + lines[4], "line 3"},
+		{"fail/edited", lines[0] + lines[1] + strings.Replace(lines[2], "bot", "bob", 1) + lines[3] + lines[4], "line 4"},
+		{"fail/reordered", lines[0] + lines[2] + lines[1] + lines[3] + lines[4], "line 2"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := filepath.Join(t.TempDir(), "audit.log")
+			d := t.TempDir()
+			p := filepath.Join(d, "audit.log")
 			os.WriteFile(p, []byte(tc.content), 0o600)
+			pub, _ := os.ReadFile(filepath.Join(dir, "principal.pub"))
+			os.WriteFile(filepath.Join(d, "principal.pub"), pub, 0o644)
 			r := keydCmd(t, "audit", "verify", p)
 			if r.code != exitAudit || !strings.Contains(r.stderr, tc.line) {
 				t.Errorf("verify: %+v, want exit %d naming %s", r, exitAudit, tc.line)

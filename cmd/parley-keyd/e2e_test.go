@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -277,20 +275,15 @@ func (e *e2e) stop(sig syscall.Signal) error {
 
 func (e *e2e) auditRecords() []audit.Record {
 	e.t.Helper()
-	f, err := os.Open(filepath.Join(e.state, "audit.log"))
+	// audit.Read reads every segment and stops at the zeros a running
+	// daemon preallocates after its last record.
+	var out []audit.Record
+	err := audit.Read(filepath.Join(e.state, "audit.log"), audit.Filter{}, func(_ []byte, r *audit.Record) error {
+		out = append(out, *r)
+		return nil
+	})
 	if err != nil {
 		e.t.Fatal(err)
-	}
-	defer f.Close()
-	var out []audit.Record
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
-		var r audit.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			e.t.Fatalf("audit line %q: %v", sc.Text(), err)
-		}
-		out = append(out, r)
 	}
 	return out
 }

@@ -1,15 +1,25 @@
 package main
 
 import (
+	"crypto/ed25519"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 )
 
-// writeTestLog writes n issue records through the real audit log code.
+// writeTestLog writes n issue records through the real audit log code, as
+// the daemon does (signed checkpoints: the first record and the last are
+// checkpoints), and principal.pub next to the log.
 func writeTestLog(t *testing.T, path string, n int) {
 	t.Helper()
-	l, err := audit.Open(path)
+	key := scriptKey("daemon")
+	pub := audit.FormatKey(key.Public().(ed25519.PublicKey))
+	if err := os.WriteFile(filepath.Join(filepath.Dir(path), "principal.pub"), []byte(pub+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := audit.Options{Signer: key}.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
