@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -454,7 +455,9 @@ func (c *conn) readLoop() {
 				Message: fmt.Sprintf("the rest of the frame did not arrive within %s; the connection is closed", timeout)}))
 			return
 		case err != nil:
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && c.ctx.Err() == nil {
+			// A client that leaves, with its reply still unread (a reset)
+			// or not, is no news; anything else is logged.
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) && c.ctx.Err() == nil {
 				c.s.logf("read from pid %d: %v", c.id.PID, err)
 			}
 			return
