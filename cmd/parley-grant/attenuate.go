@@ -79,7 +79,7 @@ Example: give a sub-agent read-only use of the calendar for ten minutes:
 			if len(cavs) == 0 {
 				warnf("no caveat flags: the new grant can do all the old one can, only the holder changes")
 			}
-			for _, w := range narrowWarnings(t, cavs, now.Unix()) {
+			for _, w := range narrowWarnings(t, cavs, now.Unix(), flagStyle) {
 				warnf("%s", w)
 			}
 			out, err := t.Delegate(key, toKey, cavs, now.Unix())
@@ -94,7 +94,7 @@ Example: give a sub-agent read-only use of the calendar for ten minutes:
 	fs.StringVar(&to, "to", "", "the public key of the new holder, ed25519:… (required)")
 	fs.StringVar(&keyPath, "key", "", "your agent key file, the grant's holder (default $PARLEY_AGENT_KEY, else ~/.config/parley/agent.key)")
 	fs.StringVar(&nowFlag, "now", "", nowUsage)
-	cf.register(fs, true)
+	cf.register(cmd, true)
 	return cmd
 }
 
@@ -109,12 +109,22 @@ func chainMessage(err error) string {
 
 // narrowWarnings returns a sentence for each new caveat that cannot narrow
 // what t already allows, and for each list entry that t does not allow
-// anyway. The new caveats are still added: they are harmless. What a
-// caveat means is grant's to say (Token.Allowance, Allowance.Narrowing);
-// this only words it for the command line.
-func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64) []string {
-	a := t.Allowance()
+// anyway, naming arguments in style. The new caveats are still added: they
+// are harmless.
+func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64, style argStyle) []string {
 	var out []string
+	for _, n := range narrowNotes(t, cavs, now) {
+		out = append(out, n.render(style))
+	}
+	return out
+}
+
+// narrowNotes words, for the command line and the MCP binding, what grant
+// says about each new caveat (Token.Allowance, Allowance.Narrowing): what a
+// caveat means is grant's to say.
+func narrowNotes(t *grant.Token, cavs []grant.Caveat, now int64) []argText {
+	a := t.Allowance()
+	var notes []argText
 	for _, c := range cavs {
 		n := a.Narrowing(c, now)
 		switch c.Name {
@@ -124,56 +134,56 @@ func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64) []string {
 				what = "verb"
 			}
 			if len(n.Outside) > 0 {
-				out = append(out, fmt.Sprintf("--%s %s: the grant does not allow %s anyway", c.Name,
+				notes = append(notes, argf("%s %s: the grant does not allow %s anyway", argName(c.Name),
 					strings.Join(n.Outside, ","), plural(len(n.Outside), "this "+what, "these "+what+"s")))
 			}
 			if !n.Narrows {
 				allowed, _ := n.By.Strings()
-				out = append(out, fmt.Sprintf("--%s narrows nothing: the grant already allows only %s", c.Name, wordsOrNone(allowed)))
+				notes = append(notes, argf("%s narrows nothing: the grant already allows only %s", argName(c.Name), wordsOrNone(allowed)))
 			}
 		case grant.CaveatCan:
 			if !n.Narrows {
 				p, _ := n.By.Strings()
-				out = append(out, fmt.Sprintf("--can narrows nothing: the grant already allows only %s", strings.Join(p, ", ")))
+				notes = append(notes, argf("%s narrows nothing: the grant already allows only %s", argName("can"), strings.Join(p, ", ")))
 			}
 		case grant.CaveatExp:
 			if !n.Narrows {
 				v, _ := c.Int()
-				out = append(out, fmt.Sprintf("--exp %s narrows nothing: the grant already expires at %s", timeWords(v), timeWords(a.Exp)))
+				notes = append(notes, argf("%s %s narrows nothing: the grant already expires at %s", argName("exp"), timeWords(v), timeWords(a.Exp)))
 			}
 		case grant.CaveatNbf:
 			v, _ := c.Int()
 			switch {
 			case n.Narrows:
 			case n.By.Name == grant.CaveatNbf:
-				out = append(out, fmt.Sprintf("--nbf %s narrows nothing: the grant is already not valid before %s", timeWords(v), timeWords(a.Nbf)))
+				notes = append(notes, argf("%s %s narrows nothing: the grant is already not valid before %s", argName("nbf"), timeWords(v), timeWords(a.Nbf)))
 			default:
-				out = append(out, fmt.Sprintf("--nbf %s narrows nothing: that time has passed", timeWords(v)))
+				notes = append(notes, argf("%s %s narrows nothing: that time has passed", argName("nbf"), timeWords(v)))
 			}
 		case grant.CaveatPer, grant.CaveatSpend:
 			if !n.Narrows {
 				m, _ := c.Money()
 				p, _ := n.By.Money()
-				out = append(out, fmt.Sprintf("--%s %s narrows nothing: the grant already has %s %s", c.Name,
+				notes = append(notes, argf("%s %s narrows nothing: the grant already has %s %s", argName(c.Name),
 					m.String(), c.Name, p.String()))
 			}
 		case grant.CaveatRisk:
 			if !n.Narrows {
 				s, _ := c.Text()
-				out = append(out, fmt.Sprintf("--risk %s narrows nothing: the grant already allows at most risk %s", s, a.Risk))
+				notes = append(notes, argf("%s %s narrows nothing: the grant already allows at most risk %s", argName("risk"), s, a.Risk))
 			}
 		case grant.CaveatOnly:
 			s, _ := c.Text()
 			switch {
 			case !n.Narrows:
-				out = append(out, "--only narrows nothing: the grant already commits only that proposal")
+				notes = append(notes, argf("%s narrows nothing: the grant already commits only that proposal", argName("only")))
 			case n.Excludes:
 				other, _ := n.By.Text()
-				out = append(out, fmt.Sprintf("--only %s: the grant commits only the proposal %s, so no COMMIT can pass both", s, other))
+				notes = append(notes, argf("%s %s: the grant commits only the proposal %s, so no COMMIT can pass both", argName("only"), s, other))
 			}
 		}
 	}
-	return out
+	return notes
 }
 
 func wordsOrNone(ss []string) string {

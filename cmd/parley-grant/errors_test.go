@@ -126,8 +126,9 @@ func TestErrorApprovalTimedOut(t *testing.T) {
 // that user may not open.
 func TestErrorSocketPermission(t *testing.T) {
 	testpeer.RequirePeers(t)
-	agentUID, agentGID := testpeer.EnsureUser(t, "parley-test-agent")
-	_, humanGID := testpeer.EnsureUser(t, "parley-test-human")
+	agent, human := testpeer.Name("agent"), testpeer.Name("human")
+	agentUID, agentGID := testpeer.EnsureUser(t, agent)
+	_, humanGID := testpeer.EnsureUser(t, human)
 	shared := testpeer.SharedDir(t)
 	sock := filepath.Join(shared, "agent.sock")
 	startDaemon(t, journeyPolicy, func(c *keyd.Config) { c.Socket = sock })
@@ -136,6 +137,7 @@ func TestErrorSocketPermission(t *testing.T) {
 	bin := filepath.Join(shared, "parley-grant")
 	copyExecutable(t, cliBinary(t), bin)
 
+	a, h := regexp.QuoteMeta(agent), regexp.QuoteMeta(human)
 	cases := []struct {
 		name string
 		gid  int
@@ -143,11 +145,11 @@ func TestErrorSocketPermission(t *testing.T) {
 		hint string
 	}{
 		{"fail/owner-only-root-group", 0, 0o600,
-			`the socket's group is root: an admin gives it the group parley-agents \(SocketGroup= in parley-keyd\.socket\) and runs: sudo usermod -aG parley-agents parley-test-agent, then you log in again`},
+			`the socket's group is root: an admin gives it the group parley-agents \(SocketGroup= in parley-keyd\.socket\) and runs: sudo usermod -aG parley-agents ` + a + `, then you log in again`},
 		{"fail/not-in-group", int(humanGID), 0o660,
-			`ask an admin to run: sudo usermod -aG parley-test-human parley-test-agent, then log in again \(or run: newgrp parley-test-human\)`},
+			`ask an admin to run: sudo usermod -aG ` + h + ` ` + a + `, then log in again \(or run: newgrp ` + h + `\)`},
 		{"fail/group-may-not-write", int(humanGID), 0o640,
-			`the socket is mode 0640, so only its owner may connect: an admin sets socket_mode = "0660" in parley-keyd's config\.toml, restarts it, and runs: sudo usermod -aG parley-test-human parley-test-agent, then log in again \(or run: newgrp parley-test-human\)`},
+			`the socket is mode 0640, so only its owner may connect: an admin sets socket_mode = "0660" in parley-keyd's config\.toml, restarts it, and runs: sudo usermod -aG ` + h + ` ` + a + `, then log in again \(or run: newgrp ` + h + `\)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

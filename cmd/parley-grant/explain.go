@@ -63,7 +63,7 @@ decide the request and what it would issue after narrowing. Nothing is signed.`,
 			return nil
 		},
 	}
-	cf.register(cmd.Flags(), false)
+	cf.register(cmd, false)
 	cmd.Flags().StringVar(&keyPath, "key", "", "agent key file")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the explanation as JSON")
 	return cmd

@@ -13,15 +13,26 @@ import (
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // TestMain lets the test binary run as the real parley-grant binary inside
-// scripts: testscript puts it on PATH under that name.
+// scripts: testscript puts it on PATH under that name. After the tests it
+// removes the OS users they created (testpeer.Cleanup).
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(cleanupM{m}, map[string]func(){
 		"parley-grant": func() { os.Exit(run()) },
 	})
+}
+
+// cleanupM runs the tests, then testpeer.Cleanup: testscript.Main exits
+// the process itself, so the cleanup goes inside the run it calls.
+type cleanupM struct{ m *testing.M }
+
+func (c cleanupM) Run() int {
+	defer testpeer.Cleanup()
+	return c.m.Run()
 }
 
 var update = flag.Bool("update", false, "rewrite the cmp files of testdata/script from the actual output")

@@ -66,6 +66,7 @@ limit); 2 a usage error; 1 an input that cannot be read.`,
 	fs := cmd.Flags()
 	fs.StringVar(&f.service, "service", "", "the id of the service that verifies (required)")
 	fs.StringVar(&f.verb, "verb", "", "the request verb: ASK, INTENT, COMMIT, UNDO or EXPAND (required)")
+	cmd.RegisterFlagCompletionFunc("verb", completeVerb)
 	fs.StringVar(&f.capability, "capability", "", "the capability requested; for UNDO, the receipt's (required)")
 	fs.StringArrayVar(&f.trust, "trust", nil, "a principal key the service trusts, ed25519:… (repeatable; at least one)")
 	fs.StringVar(&f.proofKey, "proof-key", "", "the key of the request's proof (default: the tokens' holder, i.e. assume the presenter holds it)")

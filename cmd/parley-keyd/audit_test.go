@@ -47,27 +47,6 @@ func TestAuditScripts(t *testing.T) {
 	})
 }
 
-// cmdRC runs a program and checks its exit code: rc CODE PROG [ARGS...].
-func cmdRC(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 {
-		ts.Fatalf("usage: rc CODE PROG [ARGS...]")
-	}
-	want, err := strconv.Atoi(args[0])
-	ts.Check(err)
-	err = ts.Exec(args[1], args[2:]...)
-	got := 0
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		got = ee.ExitCode()
-	case err != nil:
-		ts.Fatalf("rc: %v", err)
-	}
-	if got != want {
-		ts.Fatalf("exit code %d, want %d", got, want)
-	}
-}
-
 // scriptClock tells the time from the log's head: a second a record after
 // a fixed time, so that the log is the same bytes in every run, whenever
 // its writer reads the clock (a checkpoint or a new segment after a record

@@ -25,14 +25,23 @@ import (
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 )
 
-// These tests run the real binaries as real OS users: the daemon as
-// parley-keyd, agents and the human as users of their own, and a stranger
-// the configuration does not name. Identity comes from SO_PEERCRED.
+// These tests run the real binaries as real OS users: the daemon as a user
+// of its own (as parley-keyd is in a real install), agents and the human as
+// users of their own, and a stranger the configuration does not name.
+// Identity comes from SO_PEERCRED. The users are this test process's own
+// (testpeer.Name), never a real installation's parley-keyd.
 
-const e2ePolicy = `version = 1
+var (
+	e2eDaemonUser   = testpeer.Name("keyd")
+	e2eAgentUser    = testpeer.Name("agent")
+	e2eHumanUser    = testpeer.Name("human")
+	e2eStrangerUser = testpeer.Name("stranger")
+)
+
+var e2ePolicy = `version = 1
 [[agent]]
 name = "bot"
-user = ["parley-test-agent"]
+user = ["` + e2eAgentUser + `"]
 rate = 100000
 pending = 8
 
@@ -52,12 +61,6 @@ max_exp = "1h"
 default_exp = "15m"
 channels = ["terminal"]
 `
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testpeer.Cleanup()
-	os.Exit(code)
-}
 
 type ids struct{ uid, gid uint32 }
 
@@ -127,10 +130,10 @@ func newE2E(t *testing.T) *e2e {
 	t.Helper()
 	testpeer.RequirePeers(t)
 	e := &e2e{t: t, bin: binaries(t)}
-	e.daemon = osUser(t, "parley-keyd")
-	e.agent = osUser(t, "parley-test-agent")
-	e.human = osUser(t, "parley-test-human")
-	e.stranger = osUser(t, "parley-test-stranger")
+	e.daemon = osUser(t, e2eDaemonUser)
+	e.agent = osUser(t, e2eAgentUser)
+	e.human = osUser(t, e2eHumanUser)
+	e.stranger = osUser(t, e2eStrangerUser)
 	e.base = testpeer.SharedDir(t)
 	run := filepath.Join(e.base, "run")
 	agentDir := filepath.Join(e.base, "agent")
@@ -153,7 +156,7 @@ func newE2E(t *testing.T) *e2e {
 	e.sock = filepath.Join(run, "agent.sock")
 	e.agentK = filepath.Join(agentDir, "agent.key")
 	e.as(e.daemon, 0, "parley-keyd", "init", "--state", e.state, "--socket", e.sock,
-		"--agent-user", "parley-test-agent", "--approver-user", "parley-test-human")
+		"--agent-user", e2eAgentUser, "--approver-user", e2eHumanUser)
 	// Agents and the human are in no common group here, so the socket is
 	// opened to all; the daemon still checks every peer's uid.
 	cfgPath := filepath.Join(e.state, "config.toml")
@@ -208,7 +211,7 @@ func (e *e2e) as(who ids, want int, bin string, args ...string) result {
 
 func (e *e2e) try(who ids, bin string, args ...string) result {
 	cmd := testpeer.RunAs(who.uid, who.gid, nil, filepath.Join(e.bin, bin), args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "USER=x", protocol.SocketEnv + "=" + e.sock}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "USER=x", protocol.SocketEnv + "=" + e.sock, protocol.DaemonUserEnv + "=" + e2eDaemonUser}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -308,7 +311,7 @@ func TestE2EIdentityAndRoles(t *testing.T) {
 	}
 	recs := e.auditRecords()
 	last := recs[len(recs)-1]
-	if last.Kind != "issue" || last.GrantID != tok.ID() || last.Caller.UID != e.agent.uid || last.Caller.User != "parley-test-agent" {
+	if last.Kind != "issue" || last.GrantID != tok.ID() || last.Caller.UID != e.agent.uid || last.Caller.User != e2eAgentUser {
 		t.Errorf("audit = %+v", last)
 	}
 	// The executable is not asserted: a daemon without CAP_SYS_PTRACE cannot
@@ -343,7 +346,7 @@ func TestE2EApprovalByAnotherUser(t *testing.T) {
 	e.start()
 	// Exactly the command of the brief; the key comes from PARLEY_AGENT_KEY.
 	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--can", "calendar.*", "--exp", "1h")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock, "PARLEY_AGENT_KEY=" + e.agentK}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock, "PARLEY_AGENT_KEY=" + e.agentK, protocol.DaemonUserEnv + "=" + e2eDaemonUser}
 	var out bytes.Buffer
 	errb := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = &out, errb
@@ -385,7 +388,7 @@ func TestE2EApprovalByAnotherUser(t *testing.T) {
 	recs := e.auditRecords()
 	last := recs[len(recs)-1]
 	// The human is not an agent user: the approval is strong, and names them.
-	if last.DecidedBy == nil || last.DecidedBy.Strength != "strong" || !strings.Contains(last.DecidedBy.Approver, "parley-test-human") {
+	if last.DecidedBy == nil || last.DecidedBy.Strength != "strong" || !strings.Contains(last.DecidedBy.Approver, e2eHumanUser) {
 		t.Errorf("audit = %+v", last.DecidedBy)
 	}
 }
@@ -525,7 +528,7 @@ func TestE2EReloadAndTerm(t *testing.T) {
 
 	// SIGTERM answers a waiting request before the daemon exits.
 	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--key", e.agentK, "--svc", "mail.example", "--can", "mail.read")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock, protocol.DaemonUserEnv + "=" + e2eDaemonUser}
 	errb := &syncBuffer{}
 	cmd.Stderr = errb
 	cmd.Start()
@@ -558,7 +561,7 @@ func TestE2EStaleSocket(t *testing.T) {
 	state2 := filepath.Join(e.base, "state2")
 	os.Mkdir(state2, 0o700)
 	os.Chown(state2, int(e.daemon.uid), int(e.daemon.gid))
-	e.as(e.daemon, 0, "parley-keyd", "init", "--state", state2, "--socket", e.sock, "--agent-user", "parley-test-agent")
+	e.as(e.daemon, 0, "parley-keyd", "init", "--state", state2, "--socket", e.sock, "--agent-user", e2eAgentUser)
 	r = e.try(e.daemon, "parley-keyd", "serve", "--state", state2)
 	if r.code == 0 || !strings.Contains(r.stderr, "another daemon is already answering") {
 		t.Fatalf("second daemon, same socket: exit %d, %q", r.code, r.stderr)

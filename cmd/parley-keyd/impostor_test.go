@@ -121,7 +121,7 @@ func TestLimitsImpostor(t *testing.T) {
 		{e.human, []string{"pending"}},
 	} {
 		r := e.tryFor(10*time.Second, tc.who, "parley-grant", tc.args...)
-		if r.code != 8 || !strings.Contains(r.stderr, "parley-test-stranger") {
+		if r.code != 8 || !strings.Contains(r.stderr, e2eStrangerUser) {
 			t.Errorf("parley-grant %s: exit %d, stderr %q; want 8, naming the user that serves the socket", tc.args[0], r.code, r.stderr)
 		}
 		if tc.args[0] == "issue" {
@@ -130,7 +130,7 @@ func TestLimitsImpostor(t *testing.T) {
 	}
 	// The MCP binding, over stdio as an agent client runs it.
 	mcp := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "mcp", "--key", e.agentK)
-	mcp.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", protocol.SocketEnv + "=" + e.sock}
+	mcp.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", protocol.SocketEnv + "=" + e.sock, protocol.DaemonUserEnv + "=" + e2eDaemonUser}
 	in, err := mcp.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestLimitsImpostor(t *testing.T) {
 			} `json:"result"`
 		}
 		if !ok || json.Unmarshal([]byte(l), &m) != nil || !m.Result.IsError || len(m.Result.Content) == 0 ||
-			!strings.Contains(m.Result.Content[0].Text, "parley-test-stranger") {
+			!strings.Contains(m.Result.Content[0].Text, e2eStrangerUser) {
 			t.Errorf("parley_status over MCP: %q; want an error naming the user that serves the socket", l)
 		}
 	case <-time.After(30 * time.Second):
@@ -185,7 +185,7 @@ func TestLimitsImpostor(t *testing.T) {
 // killed and reported with exit code -1.
 func (e *e2e) tryFor(d time.Duration, who ids, bin string, args ...string) result {
 	cmd := testpeer.RunAs(who.uid, who.gid, nil, filepath.Join(e.bin, bin), args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "USER=x", protocol.SocketEnv + "=" + e.sock}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "USER=x", protocol.SocketEnv + "=" + e.sock, protocol.DaemonUserEnv + "=" + e2eDaemonUser}
 	var out, errb syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {

@@ -121,18 +121,18 @@ func TestLimitsHelper(t *testing.T) {
 }
 
 // limitsUsers are the attacking agent users, one OS user each.
-var limitsUsers = []string{"parley-test-agent2", "parley-test-agent3", "parley-test-agent4", "parley-test-agent5"}
+var limitsUsers = []string{testpeer.Name("agentb"), testpeer.Name("agentc"), testpeer.Name("agentd"), testpeer.Name("agente")}
 
 // addAgentUsers lets more OS users connect as agents (config.toml).
 func (e *e2e) addAgentUsers(names ...string) []ids {
 	e.t.Helper()
 	var out []ids
-	list := `"parley-test-agent"`
+	list := strconv.Quote(e2eAgentUser)
 	for _, n := range names {
 		out = append(out, osUser(e.t, n))
 		list += fmt.Sprintf(", %q", n)
 	}
-	e.editConfig(`agent_users = ["parley-test-agent"]`, "agent_users = ["+list+"]")
+	e.editConfig("agent_users = ["+strconv.Quote(e2eAgentUser)+"]", "agent_users = ["+list+"]")
 	return out
 }
 

@@ -22,7 +22,7 @@ type waitingIssue struct {
 func (e *e2e) startIssue(who ids, args ...string) *waitingIssue {
 	e.t.Helper()
 	cmd := testpeer.RunAs(who.uid, who.gid, nil, filepath.Join(e.bin, "parley-grant"), append([]string{"issue"}, args...)...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock, protocol.DaemonUserEnv + "=" + e2eDaemonUser}
 	w := &waitingIssue{stderr: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = w.stderr
 	if err := cmd.Start(); err != nil {
@@ -50,7 +50,8 @@ func (w *waitingIssue) waiting() bool { return codeLine.MatchString(w.stderr.Str
 // approval slots; the other still has its own.
 func TestLimitsQuotaPerUser(t *testing.T) {
 	e := newE2E(t)
-	second := e.addAgentUsers("parley-test-agent2")[0]
+	secondUser := testpeer.Name("agentb")
+	second := e.addAgentUsers(secondUser)[0]
 	dir := filepath.Join(e.base, "agent2")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -58,9 +59,9 @@ func TestLimitsQuotaPerUser(t *testing.T) {
 	os.Chown(dir, int(second.uid), int(second.gid))
 	key2 := filepath.Join(dir, "agent.key")
 	e.as(second, 0, "parley-grant", "keygen", "--out", key2)
-	pol := strings.Replace(e2ePolicy, `user = ["parley-test-agent"]
+	pol := strings.Replace(e2ePolicy, `user = ["`+e2eAgentUser+`"]
 rate = 100000
-pending = 8`, `user = ["parley-test-agent", "parley-test-agent2"]
+pending = 8`, `user = ["`+e2eAgentUser+`", "`+secondUser+`"]
 rate = 2
 pending = 1`, 1)
 	e.writeOwned(filepath.Join(e.state, "policy.toml"), pol)

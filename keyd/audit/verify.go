@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -318,7 +319,9 @@ func Verify(path string, o VerifyOptions) (*Report, error) {
 			files = append(files, s.Path)
 		}
 		if len(segs) == 0 {
-			return nil, &Error{File: path, Reason: "no such log"}
+			// Nothing to verify is not a verification that failed: the
+			// caller named a log that is not there (exit 1, not 3).
+			return nil, fmt.Errorf("audit log %s: no such log: %w", path, fs.ErrNotExist)
 		}
 		if !segs[len(segs)-1].Active {
 			return nil, &Error{File: path, Reason: "the active segment is missing, but closed segments exist (it was deleted or moved)"}

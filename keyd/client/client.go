@@ -96,6 +96,7 @@ func (e *ServerError) Is(target error) bool { return target == ErrWrongServer }
 type Options struct {
 	// ServerUsers are the users (names or uids) that may serve the
 	// socket, besides root and the caller's own user; empty means
+	// protocol.DaemonUsers(""): PARLEY_KEYD_USER, else
 	// protocol.DefaultDaemonUser. See CheckServer.
 	ServerUsers []string
 }
@@ -129,7 +130,7 @@ func DialWith(path string, o Options) (*Client, error) {
 
 // CheckServer checks, with SO_PEERCRED, that the socket nc is served by
 // root, by the caller's own user, or by one of users (names or uids; empty
-// means protocol.DefaultDaemonUser). Attack: another local user who could
+// means protocol.DaemonUsers("")). Attack: another local user who could
 // write the socket's folder replaced the daemon's socket with one of its
 // own, to receive the agent's proofs and requests or the human's approvals
 // and answer them itself. Root is accepted because under socket activation
@@ -155,7 +156,7 @@ func CheckServer(nc *net.UnixConn, path string, users []string) error {
 		return nil
 	}
 	if len(users) == 0 {
-		users = []string{protocol.DefaultDaemonUser}
+		users = protocol.DaemonUsers("")
 	}
 	for _, u := range users {
 		if uid, ok := lookupUID(u); ok && uid == cred.Uid {

@@ -57,7 +57,8 @@ func TestServerHelper(t *testing.T) {
 // that names the user that serves it.
 func TestDialChecksServer(t *testing.T) {
 	testpeer.RequirePeers(t)
-	uid, gid := testpeer.EnsureUser(t, "parley-test-stranger")
+	stranger := testpeer.Name("stranger")
+	uid, gid := testpeer.EnsureUser(t, stranger)
 	// A folder anyone may write to, such as /tmp: the stranger got there
 	// first.
 	dir := testpeer.SharedDir(t)
@@ -98,14 +99,14 @@ func TestDialChecksServer(t *testing.T) {
 
 	_, err = Dial(sock)
 	var se *ServerError
-	if !errors.Is(err, ErrWrongServer) || !errors.As(err, &se) || se.UID != uid || !strings.Contains(err.Error(), "parley-test-stranger") {
-		t.Fatalf("Dial = %v; want a ServerError naming parley-test-stranger", err)
+	if !errors.Is(err, ErrWrongServer) || !errors.As(err, &se) || se.UID != uid || !strings.Contains(err.Error(), stranger) {
+		t.Fatalf("Dial = %v; want a ServerError naming %s", err, stranger)
 	}
 	if l := next(); l != "received 0" {
 		t.Errorf("the refused server %s", l)
 	}
 	// Named as the daemon's user, by name or uid, it is accepted.
-	for _, who := range []string{"parley-test-stranger", fmt.Sprint(uid)} {
+	for _, who := range []string{stranger, fmt.Sprint(uid)} {
 		c, err := DialWith(sock, Options{ServerUsers: []string{"nobody-such", who}})
 		if err != nil {
 			t.Fatalf("DialWith(ServerUsers: %s) = %v", who, err)
