@@ -63,20 +63,25 @@ func (c Caller) name() string {
 	return fmt.Sprintf("%s (uid %d)", c.Identity.User, c.Identity.UID)
 }
 
-// who describes an agent's caller for the human, every value neutralized.
-// The executable and the unit are what /proc showed when the connection was
-// accepted: another program of the same user can present them too (a
-// connection passed with pidfd_getfd, or an exec after connecting), so they
-// are marked as observed, never as proof (docs/policy.md).
-func (c Caller) who(agent string) string {
+// who describes an agent's caller for the human, every value neutralized:
+// the kernel's uid and pid, then, on a line of its own, the program and unit
+// the daemon saw in /proc. Those are shown as observed, not proven: another
+// program of the same user can appear as them (it can take over the
+// agent's connection with pidfd_getfd, or exec the trusted program once
+// connected), so the human must not read them as proof of which program
+// asks (docs/policy.md).
+func (c Caller) who(agent string) []string {
 	id := c.Identity
-	var b strings.Builder
-	fmt.Fprintf(&b, "agent %q: user %s (uid %d), pid %d", safe(agent), safe(id.User), id.UID, id.PID)
+	lines := []string{fmt.Sprintf("agent %q: user %s (uid %d), pid %d", safe(agent), safe(id.User), id.UID, id.PID)}
+	var seen []string
 	if id.Exe != "" {
-		fmt.Fprintf(&b, ", program %s (observed, not proven)", safe(id.Exe))
+		seen = append(seen, "program "+safe(id.Exe))
 	}
 	if id.Unit != "" {
-		fmt.Fprintf(&b, ", unit %s (observed)", safe(id.Unit))
+		seen = append(seen, "unit "+safe(id.Unit))
 	}
-	return b.String()
+	if len(seen) > 0 {
+		lines = append(lines, fmt.Sprintf("Observed %s (not proof: any program of user %s can appear so)", strings.Join(seen, ", "), safe(id.User)))
+	}
+	return lines
 }

@@ -36,6 +36,10 @@ type Config struct {
 	// MaxConnectionsPerUser caps the open connections of one uid, so that
 	// one agent cannot use them all and lock approvers out.
 	MaxConnectionsPerUser int `toml:"max_connections_per_user"`
+	// FrameTimeout is how long, in all, the daemon waits for the rest of a
+	// frame once its first byte has arrived (default 10s); a slower frame
+	// ends its connection.
+	FrameTimeout Duration `toml:"frame_timeout"`
 
 	Access Access `toml:"access"`
 	Phone  Phone  `toml:"phone"`
@@ -158,6 +162,7 @@ const (
 	DefaultApprovalTimeout = 120 * time.Second
 	DefaultMaxConnections  = 4096
 	DefaultMaxPerUser      = 1024
+	DefaultFrameTimeout    = 10 * time.Second
 )
 
 // ParseConfig reads a configuration strictly: unknown keys and bad values are
@@ -183,6 +188,9 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.FrameTimeout.Duration == 0 {
+		c.FrameTimeout.Duration = DefaultFrameTimeout
 	}
 	if c.MaxConnectionsPerUser == 0 {
 		c.MaxConnectionsPerUser = min(DefaultMaxPerUser, c.MaxConnections)
@@ -308,6 +316,13 @@ policy = "policy.toml"
 
 # How long a request waits for a human before it is refused.
 approval_timeout = "120s"
+
+# Limits (the defaults are shown; docs/protocol.md explains them). Agents
+# together never hold the last 1/64 of the connections: approvers keep them.
+# max_connections = 4096
+# max_connections_per_user = 1024
+# How long, in all, to wait for the rest of a frame once its first byte came.
+# frame_timeout = "10s"
 
 [access]
 # Users (names or uids) and groups whose processes may ask for grants.

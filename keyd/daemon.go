@@ -165,7 +165,8 @@ func (d *Daemon) AuditLog() *audit.Log { return d.log }
 // by socket activation when there is one, else a new socket at the
 // configuration's path. A socket file left by a dead daemon is replaced, but
 // only after checking that nothing answers on it; anything else at that path
-// is left alone and reported.
+// is left alone and reported. Either way, a socket in a folder that users
+// other than root and the daemon's could write is refused (SocketDirError).
 func (d *Daemon) Listen() (net.Listener, error) {
 	lns, err := activation.Listeners()
 	if err != nil {
@@ -173,6 +174,12 @@ func (d *Daemon) Listen() (net.Listener, error) {
 	}
 	for _, ln := range lns {
 		if _, ok := ln.(*net.UnixListener); ok {
+			if p := ln.Addr().String(); filepath.IsAbs(p) {
+				if err := checkSocketDir(p, uint32(os.Getuid())); err != nil {
+					ln.Close()
+					return nil, err
+				}
+			}
 			return ln, nil
 		}
 	}
@@ -180,6 +187,12 @@ func (d *Daemon) Listen() (net.Listener, error) {
 	path := cfg.Socket
 	if path == "" {
 		return nil, errors.New("the configuration names no socket")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if err := checkSocketDir(path, uint32(os.Getuid())); err != nil {
+		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
@@ -192,9 +205,6 @@ func (d *Daemon) Listen() (net.Listener, error) {
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("removing the stale socket %s: %w", path, err)
 		}
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, err
 	}
 	// Create the socket with no access, then open it up to the configured
 	// mode: no window in which it is wider than configured.
@@ -248,6 +258,13 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 		err = serr
 	}
 	cancel()
+	if d.log != nil {
+		// The counts of folded refusals come before the stop record, which
+		// is the last of a run.
+		if ferr := d.log.FlushFolds(); ferr != nil {
+			d.logf("folded records not written: %v", ferr)
+		}
+	}
 	if _, aerr := d.audit.Append(audit.Record{Kind: audit.KindStop, Message: reason}); aerr != nil {
 		d.logf("stop record not written: %v", aerr)
 	}

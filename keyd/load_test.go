@@ -449,10 +449,17 @@ func TestLoadMixed(t *testing.T) {
 
 	// Every connection is gone, and with it everything it held.
 	waitFor(t, "connections to close", func() bool {
-		h.srv.mu.Lock()
-		defer h.srv.mu.Unlock()
+		h.srv.Server.mu.Lock()
+		defer h.srv.Server.mu.Unlock()
 		return len(h.srv.conns) == 0 && h.srv.nconns.Load() == 0
 	})
+	// Every slot and every byte of the frame budget is given back.
+	if _, slots := h.srv.slots.held(0); slots != 0 {
+		t.Errorf("%d connection slots still taken after every connection closed", slots)
+	}
+	if _, held := h.srv.frames.held(0); held != 0 {
+		t.Errorf("%d bytes of the frame budget still held after every connection closed", held)
+	}
 	if p := h.srv.Pending(); len(p) != 0 {
 		t.Errorf("%d requests still pending after every requester left", len(p))
 	}

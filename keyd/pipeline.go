@@ -331,9 +331,13 @@ func (s *Server) agent(r *request, pol *policies.Policy, holder string) (string,
 			Message: fmt.Sprintf("the policy names no agent for %s with this key", r.caller.name()),
 			Fix:     "an admin adds an [[agent]] entry for this user, executable or key to the policy"}
 	}
-	if ok, retry := s.limiter.Allow(pol, name, s.now()); !ok {
+	// Attack: one OS user using up another's rate. The rate is counted
+	// per agent and per uid: an agent that matches many users (any = true,
+	// a group) is many callers (issue 10 item 5).
+	if ok, retry := s.limiter.Allow(pol, name, r.caller.Identity.UID, s.now()); !ok {
 		secs := max(int(retry.Seconds()+0.999), 1)
-		return "", &protocol.Error{Code: protocol.CodeLimit, Message: fmt.Sprintf("agent %q is over its request rate", name), Retry: secs}
+		return "", &protocol.Error{Code: protocol.CodeLimit,
+			Message: fmt.Sprintf("agent %q is over its request rate for user %s", name, r.caller.Identity.User), Retry: secs}
 	}
 	return name, nil
 }
@@ -478,7 +482,7 @@ func (s *Server) waitForHuman(r *request, view protocol.PendingView, agent strin
 	timeout := cfg.ApprovalTimeout.Duration
 	view.Created = s.now().Unix()
 	view.Expires = s.now().Add(timeout).Unix()
-	it, err := s.queue.add(view, agent, pol.MaxPending(agent), pol, redecide)
+	it, err := s.queue.add(view, agent, r.caller.Identity.UID, pol.MaxPending(agent), pol, redecide)
 	if err != nil {
 		return Approval{}, err
 	}

@@ -71,7 +71,7 @@ type Notifier interface {
 
 type pendingItem struct {
 	view  protocol.PendingView
-	agent string
+	who   quotaKey
 	code  string
 	done  chan Approval // buffered 1; written once under queue.mu
 	ended bool
@@ -90,19 +90,27 @@ func (it *pendingItem) decidedBy() *policies.Policy {
 	return it.pol
 }
 
+// quotaKey is who a pending request counts against: an agent of the policy
+// and the uid it matched. An agent that matches many users (any = true, a
+// group) is many callers, each with the agent's pending limit.
+type quotaKey struct {
+	agent string
+	uid   uint32
+}
+
 // queue holds requests waiting for a human. Every method is safe for
 // concurrent use.
 type queue struct {
 	mu        sync.Mutex
 	items     map[string]*pendingItem
-	perAgent  map[string]int
+	perCaller map[quotaKey]int
 	notifiers []*notifierReg
 }
 
 type notifierReg struct{ n Notifier }
 
 func newQueue() *queue {
-	return &queue{items: map[string]*pendingItem{}, perAgent: map[string]int{}}
+	return &queue{items: map[string]*pendingItem{}, perCaller: map[quotaKey]int{}}
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijkmnpqrstuvwxyz23456789").WithPadding(base32.NoPadding)
@@ -143,23 +151,30 @@ func newMatchCode() (code string, choices []string) {
 // to receive it, so it appears only in the audit log, never on the wire.
 const codeWithdrawn protocol.Code = "withdrawn"
 
-// add enqueues v for agent unless agent already has maxPending requests
-// waiting. It returns the match code to show the requester.
-func (q *queue) add(v protocol.PendingView, agent string, maxPending int, pol *policies.Policy, redecide func(*policies.Policy) *protocol.Error) (*pendingItem, error) {
+// add enqueues v for agent, as matched for uid, unless that caller already
+// has maxPending requests waiting. It returns the match code to show the
+// requester.
+//
+// pol is the policy that decided to ask; redecide tells whether another
+// policy decides the request the same way (see redecide).
+func (q *queue) add(v protocol.PendingView, agent string, uid uint32, maxPending int, pol *policies.Policy, redecide func(*policies.Policy) *protocol.Error) (*pendingItem, error) {
 	code, choices := newMatchCode()
 	v.Choices = choices
+	who := quotaKey{agent, uid}
 	q.mu.Lock()
 	// Attack: one agent flooding the human with approval requests, which
-	// also buries the requests of others. Cap what each agent has waiting.
-	// A limit of 0 means that none may wait: fail closed, never "unlimited".
-	if q.perAgent[agent] >= maxPending {
+	// also buries the requests of others. Cap what each caller has waiting,
+	// per uid: a user cannot use up the slots of another that the same
+	// agent matches. A limit of 0 means that none may wait: fail closed,
+	// never "unlimited".
+	if q.perCaller[who] >= maxPending {
 		q.mu.Unlock()
-		return nil, &protocol.Error{Code: protocol.CodeLimit, Message: fmt.Sprintf("agent %q already has %d requests waiting for approval", agent, maxPending),
+		return nil, &protocol.Error{Code: protocol.CodeLimit, Message: fmt.Sprintf("agent %q, as uid %d, already has %d requests waiting for approval", agent, uid, maxPending),
 			Fix: "wait for the human to answer the waiting requests", Retry: 30}
 	}
-	it := &pendingItem{view: v, agent: agent, code: code, done: make(chan Approval, 1), pol: pol, redecide: redecide, mu: &q.mu}
+	it := &pendingItem{view: v, who: who, code: code, done: make(chan Approval, 1), pol: pol, redecide: redecide, mu: &q.mu}
 	q.items[v.ID] = it
-	q.perAgent[agent]++
+	q.perCaller[who]++
 	ns := slices.Clone(q.notifiers)
 	q.mu.Unlock()
 	for _, n := range ns {
@@ -176,8 +191,8 @@ func (q *queue) endLocked(it *pendingItem, a Approval) bool {
 	}
 	it.ended = true
 	delete(q.items, it.view.ID)
-	if q.perAgent[it.agent]--; q.perAgent[it.agent] <= 0 {
-		delete(q.perAgent, it.agent)
+	if q.perCaller[it.who]--; q.perCaller[it.who] <= 0 {
+		delete(q.perCaller, it.who)
 	}
 	it.done <- a
 	return true

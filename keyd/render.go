@@ -46,6 +46,14 @@ func (r *rendering) line(format string, args ...any) {
 	r.lines++
 }
 
+// asker writes who asks: the first line after "Asked by", the rest as they are.
+func (r *rendering) asker(who []string) {
+	r.line("Asked by %s", who[0])
+	for _, l := range who[1:] {
+		r.line("%s", l)
+	}
+}
+
 // list writes a heading with the count, then one entry per line.
 func (r *rendering) list(heading string, entries []string) {
 	r.line("%s (%d):", heading, len(entries))
@@ -101,7 +109,7 @@ func (s *Server) renderGrant(r *request, id, agent, holder string, d policies.De
 	g := d.Grant
 	var out rendering
 	out.line("Request %s: a grant for agent %q", id, safe(agent))
-	out.line("Asked by %s", r.caller.who(agent))
+	out.asker(r.caller.who(agent))
 	out.line("For key %s", holder)
 	out.line("In short: %s", s.grantSummary(g))
 	if g.Svc == nil {
@@ -182,7 +190,7 @@ func (s *Server) renderConsent(r *request, id, agent, holder, service string, p 
 	summary := s.consentSummary(p)
 	var out rendering
 	out.line("Request %s: consent to ONE action at %s", id, safe(service))
-	out.line("Asked by %s", r.caller.who(agent))
+	out.asker(r.caller.who(agent))
 	out.line("In short: %s", summary)
 	for _, l := range strings.Split(strings.TrimSuffix(lens, "\n"), "\n") {
 		out.line("%s", l)

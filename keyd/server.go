@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -46,7 +48,7 @@ type Server struct {
 	audit     AuditSink
 	logf      func(string, ...any)
 	now       func() time.Time
-	identify  func(*net.UnixConn) (peercred.Identity, error)
+	peerOf    func(*net.UnixConn) (peercred.Identity, error)
 	queue     *queue
 	limiter   *policies.Limiter
 
@@ -54,9 +56,12 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
 	closing   bool
-	perUID    map[uint32]int
 	wg        sync.WaitGroup
 	nconns    atomic.Int64
+
+	slots    share         // connection slots (connLimits)
+	frames   share         // buffered frame bytes (frameLimits)
+	identify chan struct{} // bounds the identities read at once
 }
 
 // newServer returns a server ready to Serve. It refuses a missing signer,
@@ -75,12 +80,12 @@ func newServer(o serverOptions) (*Server, error) {
 		audit:     o.Audit,
 		logf:      o.Logf,
 		now:       o.Now,
-		identify:  o.Identify,
+		peerOf:    o.Identify,
 		queue:     newQueue(),
 		limiter:   policies.NewLimiter(),
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
-		perUID:    map[uint32]int{},
+		identify:  make(chan struct{}, maxIdentifying),
 	}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
@@ -88,8 +93,8 @@ func newServer(o serverOptions) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.identify == nil {
-		s.identify = peercred.Get
+	if s.peerOf == nil {
+		s.peerOf = peercred.Get
 	}
 	s.cfg.Store(o.Config)
 	s.policy.Store(o.Policy)
@@ -218,16 +223,28 @@ const maxInflightBytes = 2 * protocol.MaxFrame
 // goroutines. Beyond it, a request is answered with "limit" at once.
 const maxInflight = 64
 
+// maxIdentifying bounds the connections whose identity is being read at
+// once. Reading it blocks an OS thread (/proc, the user database), so a
+// flood of connections would otherwise make the runtime start a thread for
+// each, past the unit's TasksMax.
+const maxIdentifying = 4
+
 type conn struct {
 	s        *Server
 	nc       *net.UnixConn
 	id       peercred.Identity
+	agent    bool // the slot and the frame bytes count as an agent's
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wmu      sync.Mutex
 	handlers sync.WaitGroup
 	sem      chan struct{}
 	bytes    *semaphore.Weighted
+	// Frame bytes of the frame being read: own from the connection's
+	// allowance, shared from s.frames. Read loop only.
+	held frameHold
+	// free is what is left of the connection's allowance.
+	free     atomic.Int64
 	watching atomic.Bool
 	idsMu    sync.Mutex
 	ids      map[string]bool
@@ -235,22 +252,20 @@ type conn struct {
 
 func (s *Server) serveConn(nc *net.UnixConn) {
 	defer nc.Close()
-	cfg := s.cfg.Load()
-	if n := s.nconns.Add(1); n > int64(cfg.MaxConnections) {
-		s.nconns.Add(-1)
-		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeLimit, Message: "the daemon has too many open connections", Retry: 1})
-		return
-	}
+	s.nconns.Add(1)
 	defer s.nconns.Add(-1)
 
 	// The caller's identity comes from the kernel (SO_PEERCRED), read once,
 	// before any byte of the request: nothing the client sends can change it.
-	id, err := s.identify(nc)
+	s.identify <- struct{}{}
+	id, err := s.peerOf(nc)
+	<-s.identify
 	if err != nil {
 		s.logf("peer credentials: %v", err)
 		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeInternal, Message: "could not read the peer's credentials"})
 		return
 	}
+	cfg := s.cfg.Load()
 	roles := cfg.roles(id)
 	if !roles.Agent && !roles.Approver {
 		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeUnauthorized,
@@ -258,17 +273,23 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 			Fix:     "an admin adds the user to access.agent_users or access.approver_users in the daemon's configuration"})
 		return
 	}
-	// Attack: one agent user opening thousands of connections, so that
-	// approvers can no longer connect. Each uid gets a share; the global
-	// cap stays for everyone else.
-	if !s.claimUID(id.UID, cfg.MaxConnectionsPerUser) {
-		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeLimit, Message: fmt.Sprintf("user %s has too many open connections", id.User), Retry: 1})
+	// Slots by uid and role, decided here before a byte is read: agents
+	// cannot take the approvers' slots, nor a few agent users all of the
+	// agents' (share). The role at accept decides for the connection's life.
+	limits := connLimits(cfg)
+	if !s.slots.take(limits, id.UID, roles.Agent, 1) {
+		msg := "the daemon has too many open connections"
+		if mine, _ := s.slots.held(id.UID); mine >= limits.PerUser {
+			msg = fmt.Sprintf("user %s has too many open connections", id.User)
+		}
+		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeLimit, Message: msg, Retry: 1})
 		return
 	}
-	defer s.releaseUID(id.UID)
+	defer s.slots.give(id.UID, roles.Agent, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{s: s, nc: nc, id: id, ctx: ctx, cancel: cancel,
+	c := &conn{s: s, nc: nc, id: id, agent: roles.Agent, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, maxInflight), bytes: semaphore.NewWeighted(maxInflightBytes), ids: map[string]bool{}}
+	c.free.Store(connAllowance)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -288,22 +309,49 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	c.readLoop()
 }
 
-func (s *Server) claimUID(uid uint32, max int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.perUID[uid] >= max {
-		return false
+// errFrameBudget is a frame dropped because the daemon holds as many frame
+// bytes as it may (frameLimits).
+var errFrameBudget = errors.New("frame budget exhausted")
+
+// connAllowance is what each connection may hold of frame bytes without
+// drawing on the shared budget: a connection that sends one small request
+// at a time is never refused for frames that other connections hold. Slots
+// bound what the allowances add up to (4096 × 4 KiB = 16 MiB).
+const connAllowance = 4 << 10
+
+// frameHold is what one frame holds: from the connection's allowance, and
+// from the daemon's frame budget.
+type frameHold struct{ own, shared int64 }
+
+// hold counts n more bytes of the frame being read: against the
+// connection's allowance while it lasts, then against the daemon's frame
+// budget.
+func (c *conn) hold(n int) error {
+	own := min(int64(n), c.free.Load()) // only the read loop takes from free
+	if shared := int64(n) - own; shared > 0 {
+		if !c.s.frames.take(frameLimits, c.id.UID, c.agent, shared) {
+			return errFrameBudget
+		}
+		c.held.shared += shared
 	}
-	s.perUID[uid]++
-	return true
+	c.free.Add(-own)
+	c.held.own += own
+	return nil
 }
 
-func (s *Server) releaseUID(uid uint32) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.perUID[uid]--; s.perUID[uid] <= 0 {
-		delete(s.perUID, uid)
+// release gives back what a frame held.
+func (c *conn) release(h frameHold) {
+	c.free.Add(h.own)
+	c.s.frames.give(c.id.UID, c.agent, h.shared)
+}
+
+// budgetRefusal says why a frame did not fit in the budget.
+func (c *conn) budgetRefusal() *protocol.Error {
+	msg := "the daemon holds as many unanswered frames as it may; the frame was dropped"
+	if mine, _ := c.s.frames.held(c.id.UID); mine+protocol.MaxFrame > frameLimits.PerUser {
+		msg = fmt.Sprintf("user %s has as many unanswered frames as it may; the frame was dropped", c.id.User)
 	}
+	return &protocol.Error{Code: protocol.CodeLimit, Message: msg, Fix: "send it again once earlier requests are answered", Retry: 1}
 }
 
 // writeRefusal answers a connection that will not be served with one ERROR
@@ -320,16 +368,83 @@ func errorFrame(re string, e *protocol.Error) *protocol.Frame {
 	return &protocol.Frame{Kind: protocol.KindError, ID: "e" + re, Re: re, Code: e.Code, Message: e.Message, Fix: e.Fix, Retry: e.Retry, Rule: e.Rule}
 }
 
+// frameClock reads from a connection. Armed, it lets its reads wait for
+// the client at most a given time in all, and then fails them with
+// os.ErrDeadlineExceeded. It counts only the time spent waiting in reads,
+// not the time the daemon takes between them: a daemon slowed down by load
+// does not cut off a client that sends its frame at once.
+type frameClock struct {
+	nc    *net.UnixConn
+	armed bool
+	left  time.Duration
+}
+
+func (k *frameClock) Read(p []byte) (int, error) {
+	if !k.armed {
+		return k.nc.Read(p)
+	}
+	if k.left <= 0 {
+		return 0, os.ErrDeadlineExceeded
+	}
+	start := time.Now()
+	k.nc.SetReadDeadline(start.Add(k.left))
+	n, err := k.nc.Read(p)
+	k.left -= time.Since(start)
+	return n, err
+}
+
+// arm starts a frame's allowance of waiting; disarm ends it.
+func (k *frameClock) arm(d time.Duration) { k.armed, k.left = true, d }
+func (k *frameClock) disarm() {
+	k.armed = false
+	k.nc.SetReadDeadline(time.Time{})
+}
+
 func (c *conn) readLoop() {
-	fr := protocol.NewFrameReader(c.nc)
+	clock := &frameClock{nc: c.nc}
+	fr := protocol.NewFrameReader(clock)
+	fr.Hold = c.hold
+	timeout := c.s.cfg.Load().FrameTimeout.Duration
+	// unclaimed is what the last frame holds while no handler has taken
+	// it over: given back before the next frame is read.
+	var unclaimed frameHold
+	defer func() { c.release(unclaimed) }()
 	for {
-		line, err := fr.Next()
-		if errors.Is(err, protocol.ErrFrameTooLarge) {
+		c.release(unclaimed)
+		unclaimed = frameHold{}
+		whole, err := fr.Wait()
+		if !whole && err == nil {
+			// Attack: a client that starts a frame and never finishes it
+			// (slow loris), or sends it a byte at a time, holding its
+			// bytes and its slot. Once a frame's first byte has arrived,
+			// the daemon waits at most the frame timeout, in all, for the
+			// rest of it.
+			clock.arm(timeout)
+		}
+		var line []byte
+		if err == nil {
+			line, err = fr.Next()
+			if !whole {
+				clock.disarm()
+			}
+		}
+		unclaimed, c.held = c.held, frameHold{}
+		switch {
+		case errors.Is(err, protocol.ErrFrameTooLarge):
 			c.refuse("", "", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is larger than 1 MiB and was skipped"})
 			continue
-		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && c.ctx.Err() == nil {
+		case errors.Is(err, errFrameBudget):
+			c.refuse("", "", c.budgetRefusal())
+			continue
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			c.s.logf("pid %d did not send the rest of a frame within %s; closing its connection", c.id.PID, timeout)
+			c.refuse("", "", &protocol.Error{Code: protocol.CodeLimit,
+				Message: fmt.Sprintf("the rest of the frame did not arrive within %s; the connection is closed", timeout)})
+			return
+		case err != nil:
+			// A client that leaves, with its reply still unread (a reset)
+			// or not, is no news; anything else is logged.
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) && c.ctx.Err() == nil {
 				c.s.logf("read from pid %d: %v", c.id.PID, err)
 			}
 			return
@@ -385,20 +500,36 @@ func (c *conn) readLoop() {
 			c.releaseID(f.ID)
 			return
 		}
+		// The handler holds the frame's bytes in the budget until it has
+		// answered.
+		held := unclaimed
+		unclaimed = frameHold{}
 		c.handlers.Add(1)
 		go func(f protocol.Frame) {
 			defer c.handlers.Done()
+			defer c.release(held)
 			defer c.bytes.Release(size)
-			defer func() { <-c.sem }()
-			defer c.releaseID(f.ID)
-			if f.Verb == protocol.VerbWatch {
-				defer c.watching.Store(false)
+			// The request stops being in flight, and its id is free again,
+			// before its final reply goes out: a client may send the next
+			// request, with the same id, as soon as it has read the reply.
+			done := false
+			settle := func() {
+				if !done {
+					done = true
+					if f.Verb == protocol.VerbWatch {
+						c.watching.Store(false)
+					}
+					c.releaseID(f.ID)
+					<-c.sem
+				}
 			}
+			defer settle()
 			defer func() {
 				// The daemon never crashes on input: a handler bug
 				// answers "internal" and the connection lives on.
 				if r := recover(); r != nil {
 					c.s.logf("panic in %s: %v", f.Verb, r)
+					settle()
 					c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}))
 				}
 			}()
@@ -423,10 +554,7 @@ func (c *conn) readLoop() {
 				if reply.ID == "" {
 					reply.ID = "r" + f.ID
 				}
-				// The id is free again once its final reply is on its
-				// way: a client that reuses it as soon as it reads the
-				// reply must not be told it is still in use.
-				c.releaseID(f.ID)
+				settle()
 				c.send(reply)
 			}
 		}(f)
@@ -449,10 +577,6 @@ func (c *conn) refuse(re, verb string, e *protocol.Error) {
 	c.s.auditRefusal(audit.Record{Kind: refusalKind(verb, e.Code), RequestID: newRequestID(), Verb: verb,
 		Caller: c.caller().audit(), Decision: string(e.Code), Message: e.Message})
 }
-
-// role returns the caller's roles under the configuration in force now, so
-// that a reload that takes a role away applies to connections already open.
-func (c *conn) role() Roles { return c.s.cfg.Load().roles(c.id) }
 
 func (c *conn) claimID(id string) bool {
 	c.idsMu.Lock()

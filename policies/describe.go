@@ -2,6 +2,7 @@ package policies
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -295,9 +296,11 @@ func (p *Policy) Describe() string {
 
 // Warnings returns plain sentences about shapes that are legal but likely
 // wrong or risky: agents and rules that can never match because an earlier
-// one always does first, agents no rule applies to, auto rules without an
-// expiry cap, auto rules for every capability, auto rules that allow money
-// without a per limit, money limits without svc, and no consent rules.
+// one always does first, agents no rule applies to, agents of one user told
+// apart only by exe or unit but given different rules, auto rules without
+// an expiry cap, auto rules for every capability, auto rules that allow
+// money without a per limit, money limits without svc, and no consent
+// rules.
 func (p *Policy) Warnings() []string {
 	var w []string
 	for j, b := range p.agents {
@@ -305,6 +308,13 @@ func (p *Policy) Warnings() []string {
 			if agentCovers(a, b) {
 				w = append(w, fmt.Sprintf("agent %q (line %d) can never match: agent %q (line %d) comes first and matches every caller it would", b.name, b.line, a.name, a.line))
 				break
+			}
+		}
+		for _, a := range p.agents[:j] {
+			if !agentCovers(a, b) && onlyProgramApart(a, b) && p.rulesDiffer(a.name, b.name) {
+				w = append(w, fmt.Sprintf("agents %q (line %d) and %q (line %d) may match the same OS user and are told apart only by exe or unit, "+
+					"which is no boundary within one user: any program of that user can pass as either and get the other's rules; "+
+					"run them as different users, or tell them apart by key (docs/policy.md)", a.name, a.line, b.name, b.line))
 			}
 		}
 		used := false
@@ -375,6 +385,61 @@ func (p *Policy) Warnings() []string {
 		w = append(w, "the policy has no [[consent]] rules: every consent is refused")
 	}
 	return w
+}
+
+// onlyProgramApart reports whether agents a and b may match callers of the
+// same uid and differ only in what they ask of the caller's program: exe or
+// unit, read from /proc, which another program of the same uid can fake
+// (it can take over the agent's connection with pidfd_getfd, or exec the
+// trusted binary once connected). Keys do tell agents apart, and so do user
+// or uid lists that share no entry.
+func onlyProgramApart(a, b *agent) bool {
+	if a.exes == nil && a.units == nil && b.exes == nil && b.units == nil {
+		return false
+	}
+	if slices.Equal(a.exes, b.exes) && slices.Equal(a.units, b.units) {
+		return false
+	}
+	if a.keys != nil && b.keys != nil && !overlapNames(a.keys, b.keys) {
+		return false
+	}
+	if a.any || b.any {
+		return true
+	}
+	// Disjoint lists of the same kind rule a shared user out. A list of
+	// names against one of numbers may still name one user: warn.
+	if a.users != nil && b.users != nil && a.uids == nil && b.uids == nil && !overlapNames(a.users, b.users) {
+		return false
+	}
+	if a.uids != nil && b.uids != nil && a.users == nil && b.users == nil && !overlapIDs(a.uids, b.uids) {
+		return false
+	}
+	return true
+}
+
+func overlapIDs(a, b []uint32) bool {
+	for _, x := range a {
+		if has(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// rulesDiffer reports whether some rule or consent rule applies to one of
+// the agents named a and b and not to the other.
+func (p *Policy) rulesDiffer(a, b string) bool {
+	for _, u := range p.rules {
+		if appliesTo(u.agents, a) != appliesTo(u.agents, b) {
+			return true
+		}
+	}
+	for _, c := range p.consents {
+		if appliesTo(c.agents, a) != appliesTo(c.agents, b) {
+			return true
+		}
+	}
+	return false
 }
 
 // agentCovers reports whether every caller that b matches is matched by a.

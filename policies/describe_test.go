@@ -1,9 +1,12 @@
 package policies
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/parley-keyd/parley-keyd/grant"
 )
 
 func TestWarnings(t *testing.T) {
@@ -38,6 +41,13 @@ func TestWarnings(t *testing.T) {
 		{"ok/zero-money-without-svc", base + "[[rule]]\nagents = [\"*\"]\naction = \"ask\"\nper = \"0USD\"\n[[consent]]\nagents = [\"*\"]", nil},
 		{"warn/no-common-channel", base + "[[rule]]\nname = \"p\"\nagents = [\"*\"]\naction = \"ask\"\ncan = \"shop.*\"\nchannels = \"phone\"\n[[rule]]\nname = \"t\"\nagents = [\"*\"]\naction = \"ask\"\nchannels = \"terminal\"\n[[consent]]\nagents = [\"*\"]",
 			[]string{`rules "p" (line 4) and "t" (line 10) share no approval channel`}},
+		{"warn/told-apart-only-by-exe", "[[agent]]\nname = \"cal\"\nuser = \"bot\"\nexe = \"/usr/bin/cal\"\n[[agent]]\nname = \"rest\"\nuser = \"bot\"\n[[rule]]\nagents = [\"cal\"]\naction = \"ask\"\n[[rule]]\nagents = [\"rest\"]\naction = \"deny\"\n[[consent]]\nagents = [\"*\"]",
+			[]string{`agents "cal" (line 1) and "rest" (line 5) may match the same OS user and are told apart only by exe or unit`}},
+		{"warn/told-apart-only-by-unit-in-a-group", "[[agent]]\nname = \"a\"\ngroup = \"agents\"\nunit = \"a.service\"\n[[agent]]\nname = \"b\"\ngroup = \"agents\"\nunit = \"b.service\"\n[[rule]]\nagents = [\"a\"]\naction = \"ask\"\n[[rule]]\nagents = [\"b\"]\naction = \"ask\"\n[[consent]]\nagents = [\"*\"]",
+			[]string{`agents "a" (line 1) and "b" (line 5) may match the same OS user`}},
+		{"ok/told-apart-by-exe-same-rules", "[[agent]]\nname = \"a\"\nuid = 3\nexe = \"/usr/bin/a\"\n[[agent]]\nname = \"b\"\nuid = 3\nexe = \"/usr/bin/b\"\n[[rule]]\nagents = [\"*\"]\naction = \"ask\"\n[[consent]]\nagents = [\"*\"]", nil},
+		{"ok/told-apart-by-user", "[[agent]]\nname = \"a\"\nuser = \"alice\"\nexe = \"/usr/bin/a\"\n[[agent]]\nname = \"b\"\nuser = \"bob\"\nexe = \"/usr/bin/b\"\n[[rule]]\nagents = [\"a\"]\naction = \"ask\"\n[[rule]]\nagents = [\"b\"]\naction = \"ask\"\n[[consent]]\nagents = [\"*\"]", nil},
+		{"ok/told-apart-by-key", "[[agent]]\nname = \"a\"\nuid = 3\nexe = \"/usr/bin/a\"\nkey = \"" + testKeyA + "\"\n[[agent]]\nname = \"b\"\nuid = 3\nkey = \"" + testKeyB + "\"\n[[rule]]\nagents = [\"a\"]\naction = \"ask\"\n[[rule]]\nagents = [\"b\"]\naction = \"ask\"\n[[consent]]\nagents = [\"*\"]", nil},
 		{"warn/consent-shadowed", base + "[[consent]]\nname = \"all\"\nagents = [\"*\"]\n[[consent]]\nname = \"shop\"\nagents = [\"a\"]\ncan = \"shop.*\"\n[[rule]]\nagents = [\"*\"]\naction = \"ask\"",
 			[]string{`consent rule "shop" (line 7) can never decide`}},
 	}
@@ -103,4 +113,13 @@ func TestFmtDur(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Two valid holder keys for policies that name keys.
+var testKeyA, testKeyB = seededKey(1), seededKey(2)
+
+func seededKey(b byte) string {
+	seed := make([]byte, ed25519.SeedSize)
+	seed[0] = b
+	return grant.FormatPublicKey(ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey))
 }

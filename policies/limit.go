@@ -5,39 +5,49 @@ import (
 	"time"
 )
 
-// Limiter enforces each agent's requests per minute. It spreads a minute's
-// allowance evenly (a token bucket that holds at most one minute of
-// requests, kept as a theoretical arrival time), so an agent can burst up to
-// its rate and then proceeds at one request every minute/rate. It is safe
-// for concurrent use; the zero value is not, use NewLimiter.
+// Limiter enforces each caller's requests per minute. A caller is one OS
+// user matched by one agent: an agent that matches many users (any = true,
+// a group) gives each of them the agent's rate, so that one user cannot
+// use up another's. It spreads a minute's allowance evenly (a token bucket
+// that holds at most one minute of requests, kept as a theoretical arrival
+// time), so a caller can burst up to its rate and then proceeds at one
+// request every minute/rate. It is safe for concurrent use; the zero value
+// is not, use NewLimiter.
 type Limiter struct {
 	mu  sync.Mutex
-	tat map[string]time.Time // per agent: when its bucket is full again
+	tat map[limitKey]time.Time // per caller: when its bucket is full again
+}
+
+// limitKey names a caller: an agent of the policy and a uid it matched.
+type limitKey struct {
+	agent string
+	uid   uint32
 }
 
 // maxLimiterEntries bounds the limiter's memory across policy reloads that
 // rename agents.
 const maxLimiterEntries = 4096
 
-// NewLimiter returns a limiter with every agent's bucket full.
+// NewLimiter returns a limiter with every caller's bucket full.
 func NewLimiter() *Limiter {
-	return &Limiter{tat: map[string]time.Time{}}
+	return &Limiter{tat: map[limitKey]time.Time{}}
 }
 
-// Allow takes one request of agent from its bucket under policy p at time
-// now. When the bucket is empty it returns false and how long to wait until
-// one request fits (always more than zero). An agent that p does not define
-// is refused with a retry of a minute.
-func (l *Limiter) Allow(p *Policy, agent string, now time.Time) (ok bool, retry time.Duration) {
+// Allow takes one request of the caller (agent, uid) from its bucket under
+// policy p at time now. When the bucket is empty it returns false and how
+// long to wait until one request fits (always more than zero). An agent
+// that p does not define is refused with a retry of a minute.
+func (l *Limiter) Allow(p *Policy, agent string, uid uint32, now time.Time) (ok bool, retry time.Duration) {
 	a := p.agentNamed(agent)
 	if a == nil {
 		return false, time.Minute
 	}
 	interval := time.Minute / time.Duration(a.rate)
 	burst := time.Duration(a.rate-1) * interval
+	key := limitKey{agent, uid}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	tat, seen := l.tat[agent]
+	tat, seen := l.tat[key]
 	if !seen || tat.Before(now) {
 		tat = now
 	}
@@ -52,12 +62,12 @@ func (l *Limiter) Allow(p *Policy, agent string, now time.Time) (ok bool, retry 
 			}
 		}
 	}
-	l.tat[agent] = tat.Add(interval)
+	l.tat[key] = tat.Add(interval)
 	return true, 0
 }
 
-// MaxPending returns how many approvals agent may have waiting at once; 0
-// for an agent the policy does not define.
+// MaxPending returns how many approvals each user matched by agent may have
+// waiting at once; 0 for an agent the policy does not define.
 func (p *Policy) MaxPending(agent string) int {
 	if a := p.agentNamed(agent); a != nil {
 		return a.pending
@@ -65,8 +75,8 @@ func (p *Policy) MaxPending(agent string) int {
 	return 0
 }
 
-// Rate returns agent's requests per minute; 0 for an agent the policy does
-// not define.
+// Rate returns the requests per minute of each user matched by agent; 0 for
+// an agent the policy does not define.
 func (p *Policy) Rate(agent string) int {
 	if a := p.agentNamed(agent); a != nil {
 		return a.rate

@@ -21,6 +21,7 @@ rate = 60
 	t0 := time.Unix(now, 0)
 	type step struct {
 		agent string
+		uid   uint32
 		at    time.Duration // after t0
 		ok    bool
 		retry time.Duration
@@ -29,20 +30,22 @@ rate = 60
 		name  string
 		steps []step
 	}{
-		{"ok/burst-up-to-rate", []step{{"slow", 0, true, 0}, {"slow", 0, true, 0}}},
-		{"fail/beyond-burst", []step{{"slow", 0, true, 0}, {"slow", 0, true, 0}, {"slow", 0, false, 30 * time.Second}}},
-		{"fail/retry-counts-down", []step{{"slow", 0, true, 0}, {"slow", 0, true, 0}, {"slow", 10 * time.Second, false, 20 * time.Second}}},
-		{"ok/refills-one-per-interval", []step{{"slow", 0, true, 0}, {"slow", 0, true, 0}, {"slow", 30 * time.Second, true, 0}, {"slow", 30 * time.Second, false, 30 * time.Second}}},
-		{"ok/full-again-after-a-minute", []step{{"slow", 0, true, 0}, {"slow", 0, true, 0}, {"slow", time.Hour, true, 0}, {"slow", time.Hour, true, 0}, {"slow", time.Hour, false, 30 * time.Second}}},
-		{"ok/agents-have-own-buckets", []step{{"slow", 0, true, 0}, {"slow", 0, true, 0}, {"fast", 0, true, 0}, {"slow", 0, false, 30 * time.Second}}},
-		{"ok/clock-going-back-refuses-no-more", []step{{"slow", time.Minute, true, 0}, {"slow", time.Minute, true, 0}, {"slow", 0, false, 90 * time.Second}}},
-		{"fail/unknown-agent", []step{{"nobody", 0, false, time.Minute}}},
+		{"ok/burst-up-to-rate", []step{{"slow", 1, 0, true, 0}, {"slow", 1, 0, true, 0}}},
+		{"fail/beyond-burst", []step{{"slow", 1, 0, true, 0}, {"slow", 1, 0, true, 0}, {"slow", 1, 0, false, 30 * time.Second}}},
+		{"fail/retry-counts-down", []step{{"slow", 1, 0, true, 0}, {"slow", 1, 0, true, 0}, {"slow", 1, 10 * time.Second, false, 20 * time.Second}}},
+		{"ok/refills-one-per-interval", []step{{"slow", 1, 0, true, 0}, {"slow", 1, 0, true, 0}, {"slow", 1, 30 * time.Second, true, 0}, {"slow", 1, 30 * time.Second, false, 30 * time.Second}}},
+		{"ok/full-again-after-a-minute", []step{{"slow", 1, 0, true, 0}, {"slow", 1, 0, true, 0}, {"slow", 1, time.Hour, true, 0}, {"slow", 1, time.Hour, true, 0}, {"slow", 1, time.Hour, false, 30 * time.Second}}},
+		{"ok/agents-have-own-buckets", []step{{"slow", 1, 0, true, 0}, {"slow", 1, 0, true, 0}, {"fast", 2, 0, true, 0}, {"slow", 1, 0, false, 30 * time.Second}}},
+		{"ok/clock-going-back-refuses-no-more", []step{{"slow", 1, time.Minute, true, 0}, {"slow", 1, time.Minute, true, 0}, {"slow", 1, 0, false, 90 * time.Second}}},
+		{"fail/unknown-agent", []step{{"nobody", 1, 0, false, time.Minute}}},
+		{"ok/users-of-one-agent-have-own-buckets", []step{{"slow", 1, 0, true, 0}, {"slow", 1, 0, true, 0}, {"slow", 3, 0, true, 0}, {"slow", 3, 0, true, 0},
+			{"slow", 1, 0, false, 30 * time.Second}, {"slow", 3, 0, false, 30 * time.Second}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l := NewLimiter()
 			for i, s := range tt.steps {
-				ok, retry := l.Allow(p, s.agent, t0.Add(s.at))
+				ok, retry := l.Allow(p, s.agent, s.uid, t0.Add(s.at))
 				if ok != s.ok || retry != s.retry {
 					t.Errorf("step %d: Allow(%q, +%v) = %v, %v; want %v, %v", i, s.agent, s.at, ok, retry, s.ok, s.retry)
 				}
@@ -58,7 +61,7 @@ func TestLimiterRate(t *testing.T) {
 	allowed := 0
 	// Ten minutes at one attempt every 100ms: one minute's burst, then one a second.
 	for i := range 6000 {
-		if ok, retry := l.Allow(p, "a", t0.Add(time.Duration(i)*100*time.Millisecond)); ok {
+		if ok, retry := l.Allow(p, "a", 1, t0.Add(time.Duration(i)*100*time.Millisecond)); ok {
 			allowed++
 		} else if retry <= 0 || retry > time.Second {
 			t.Fatalf("retry %v out of (0, 1s]", retry)
@@ -81,7 +84,7 @@ func TestLimiterConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 20 {
-				if ok, _ := l.Allow(p, "a", at); ok {
+				if ok, _ := l.Allow(p, "a", 1, at); ok {
 					mu.Lock()
 					allowed++
 					mu.Unlock()

@@ -61,7 +61,7 @@ func runApprover(ctx context.Context) error {
 	backoff := time.Second
 	waiting := false // said that the daemon is not running
 	for {
-		c, err := client.Dial(path)
+		c, err := dial(path)
 		if err != nil {
 			if !errors.Is(err, client.ErrNotRunning) {
 				return dialDaemonError(err)
@@ -154,6 +154,9 @@ func fatalDaemonError(err error) error {
 
 // dialDaemonError explains a connection failure other than "not running".
 func dialDaemonError(err error) error {
+	if errors.Is(err, client.ErrWrongServer) {
+		return &exitError{code: exitNoDaemon, err: err, hint: wrongServerHint}
+	}
 	if errors.Is(err, client.ErrPermission) {
 		return &exitError{code: exitNoDaemon, err: err,
 			hint: "an admin adds you to the socket's group or to access.approver_users"}

@@ -24,10 +24,15 @@ import (
 // PARLEY_KEYD_SOCKET, then the system default.
 var socketFlag string
 
+// daemonUserFlag names, with --daemon-user, the users that may serve the
+// socket; empty means PARLEY_KEYD_USER, then parley-keyd.
+var daemonUserFlag string
+
 // addDaemonCommands adds the commands that talk to parley-keyd: the agent's
 // (issue, consent, explain, status) and the human's (pending, approve, deny).
 func addDaemonCommands(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&socketFlag, "socket", "", "parley-keyd socket (default $"+protocol.SocketEnv+", else "+protocol.DefaultSocket+")")
+	root.PersistentFlags().StringVar(&daemonUserFlag, "daemon-user", "", "the user parley-keyd runs as; a socket served by anyone else but root or you is refused (default $"+protocol.DaemonUserEnv+", else "+protocol.DefaultDaemonUser+")")
 	root.AddCommand(newIssueCmd(), newConsentCmd(), newExplainCmd(), newStatusCmd(),
 		newPendingCmd(), newApproveCmd(), newDenyCmd())
 	root.AddCommand(newApproverCmd())
@@ -35,13 +40,17 @@ func addDaemonCommands(root *cobra.Command) {
 }
 
 // dialDaemon connects to the daemon, turning the usual failures into a
-// message that names the one command that fixes them.
+// message that names the one command that fixes them. Before anything is
+// sent, it checks that the socket is served by the daemon's user (see
+// dial).
 func dialDaemon() (*client.Client, error) {
 	path := protocol.SocketPath(socketFlag)
-	c, err := client.Dial(path)
+	c, err := dial(path)
 	switch {
 	case err == nil:
 		return c, nil
+	case errors.Is(err, client.ErrWrongServer):
+		return nil, &exitError{code: exitNoDaemon, err: err, hint: wrongServerHint}
 	case errors.Is(err, client.ErrNotRunning):
 		return nil, &exitError{code: exitNoDaemon, err: err,
 			hint: "start it with: sudo systemctl start parley-keyd.socket (without systemd: parley-keyd serve); or point --socket or " + protocol.SocketEnv + " at it"}
@@ -50,6 +59,18 @@ func dialDaemon() (*client.Client, error) {
 	}
 	return nil, &exitError{code: exitNoDaemon, err: fmt.Errorf("cannot reach parley-keyd at %s: %w", path, err)}
 }
+
+// dial connects to the socket at path, refusing one that is served by any
+// user but root, this one, or the daemon's (--daemon-user,
+// PARLEY_KEYD_USER, else parley-keyd): every command that sends a proof or
+// an approval, the MCP binding and the desktop approver go through it.
+func dial(path string) (*client.Client, error) {
+	return client.DialWith(path, client.Options{ServerUsers: protocol.DaemonUsers(daemonUserFlag)})
+}
+
+// wrongServerHint is what to do about a socket served by another user.
+const wrongServerHint = "if parley-keyd runs as that user, say so with --daemon-user or " + protocol.DaemonUserEnv +
+	"; otherwise another user has taken over the socket: tell an admin, and send it nothing"
 
 // currentUser names the user this process runs as, for commands in hints.
 func currentUser() string {

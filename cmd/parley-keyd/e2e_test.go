@@ -211,7 +211,7 @@ func (e *e2e) as(who ids, want int, bin string, args ...string) result {
 
 func (e *e2e) try(who ids, bin string, args ...string) result {
 	cmd := testpeer.RunAs(who.uid, who.gid, nil, filepath.Join(e.bin, bin), args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "USER=x", protocol.SocketEnv + "=" + e.sock}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "USER=x", protocol.SocketEnv + "=" + e.sock, protocol.DaemonUserEnv + "=" + e2eDaemonUser}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -359,7 +359,7 @@ func TestE2EApprovalByAnotherUser(t *testing.T) {
 	e.start()
 	// Exactly the command of the brief; the key comes from PARLEY_AGENT_KEY.
 	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--can", "calendar.*", "--exp", "1h")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock, "PARLEY_AGENT_KEY=" + e.agentK}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock, "PARLEY_AGENT_KEY=" + e.agentK, protocol.DaemonUserEnv + "=" + e2eDaemonUser}
 	var out bytes.Buffer
 	errb := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = &out, errb
@@ -538,7 +538,7 @@ func TestE2EReloadAndTerm(t *testing.T) {
 
 	// SIGTERM answers a waiting request before the daemon exits.
 	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--key", e.agentK, "--svc", "mail.example", "--can", "mail.read")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock, protocol.DaemonUserEnv + "=" + e2eDaemonUser}
 	errb := &syncBuffer{}
 	cmd.Stderr = errb
 	cmd.Start()

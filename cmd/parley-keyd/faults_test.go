@@ -152,7 +152,7 @@ func (e *e2e) startAgent(mode, key string) *agentRun {
 	e.t.Helper()
 	r := &agentRun{t: e.t, done: make(chan struct{})}
 	r.cmd = testpeer.Helper(e.t, e.agent.uid, e.agent.gid, nil, "TestFaultAgentHelper",
-		faultHelperEnv+"="+mode+","+e.sock+","+key)
+		faultHelperEnv+"="+mode+","+e.sock+","+key, protocol.DaemonUserEnv+"="+e2eDaemonUser)
 	out, err := r.cmd.StdoutPipe()
 	if err != nil {
 		e.t.Fatal(err)
@@ -494,7 +494,7 @@ pending = 3
 	// The other agent is served: by policy at once, and by the human.
 	e.as(e.agent, 0, "parley-grant", "issue", "--key", e.agentK, "--svc", "cal.example", "--can", "calendar.*", "--exp", "30m")
 	cmd := testpeer.RunAs(e.agent.uid, e.agent.gid, nil, filepath.Join(e.bin, "parley-grant"), "issue", "--key", e.agentK, "--can", "mail.read")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", protocol.SocketEnv + "=" + e.sock, protocol.DaemonUserEnv + "=" + e2eDaemonUser}
 	errb := &syncBuffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {

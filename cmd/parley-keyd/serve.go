@@ -44,6 +44,12 @@ file leaves the old one in force); SIGTERM answers waiting requests and exits.`,
 }
 
 func serve(state, configPath, socketFlag, passFile string) error {
+	// Attack: any agent can make the daemon log a line (by closing its
+	// connection mid-frame). Were SIGPIPE not ignored, a log line written
+	// after whoever reads stderr went away would kill the daemon on the
+	// spot, without its stop record. Ignored, the write fails and the
+	// daemon serves on.
+	signal.Ignore(syscall.SIGPIPE)
 	logger := log.New(os.Stderr, "parley-keyd: ", 0)
 	// First of all: no core dumps, no ptrace or /proc/PID/mem by our own uid.
 	rep, err := keyd.Harden()
@@ -97,13 +103,24 @@ func serve(state, configPath, socketFlag, passFile string) error {
 
 	ln, err := d.Listen()
 	var inUse *keyd.InUseError
-	if errors.As(err, &inUse) {
+	var dirErr *keyd.SocketDirError
+	switch {
+	case errors.As(err, &inUse):
 		return withHint(err, "stop it first, or use another --socket")
+	case errors.As(err, &dirErr):
+		return withHint(err, dirErr.Fix())
 	}
 	if err != nil {
 		return err
 	}
 	logger.Printf("listening on %s; principal %s; signer %s", ln.Addr(), d.Principal(), signer.Describe())
+	// Connection slots are only worth what the open-file limit allows: past
+	// it, accept fails for approvers and agents alike.
+	var nofile syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err == nil && nofile.Cur < uint64(cfg.MaxConnections)+256 {
+		logger.Printf("warning: the open-file limit (%d) is below max_connections (%d) + 256: when agents hold many connections, approvers may be refused; raise LimitNOFILE= or lower max_connections",
+			nofile.Cur, cfg.MaxConnections)
+	}
 	stopPhone, err := startPhone(d.Server, cfg, state, logger.Printf)
 	if err != nil {
 		ln.Close()

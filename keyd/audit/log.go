@@ -876,6 +876,13 @@ func (l *Log) Checkpoint() (*Checkpoint, error) {
 	return cp, err
 }
 
+// FlushFolds writes now the counted records of every fold still open
+// (AppendFolded), so that a record appended next, such as the daemon's stop
+// record, comes after all of them.
+func (l *Log) FlushFolds() error {
+	return l.do(func() error { return l.flushFolds(true) })
+}
+
 // Path returns the file the log writes to.
 func (l *Log) Path() string { return l.path }
 

@@ -85,17 +85,39 @@ type Record struct {
 }
 
 // Caller is the requester as the kernel identified it (see peercred.Get),
-// or the paired phone the phone page relayed for. Exe and Unit are what
-// /proc showed for the connecting process: observed, not proven, since
-// another program of the same user can present them (docs/policy.md).
+// or the paired phone the phone page relayed for (Device). Exe and Unit are
+// what the daemon observed in /proc, not proven: another program of the
+// same uid can appear as them, so their keys say so.
 type Caller struct {
 	UID    uint32 `json:"uid"`
 	GID    uint32 `json:"gid"`
 	PID    int32  `json:"pid"`
 	User   string `json:"user,omitempty"`
-	Exe    string `json:"exe,omitempty"`
-	Unit   string `json:"unit,omitempty"`
+	Exe    string `json:"exe_observed,omitempty"`
+	Unit   string `json:"unit_observed,omitempty"`
 	Device string `json:"device,omitempty"`
+}
+
+// UnmarshalJSON reads a caller, also from records written before the keys
+// "exe" and "unit" said that they were observed.
+func (c *Caller) UnmarshalJSON(b []byte) error {
+	type plain Caller
+	var v struct {
+		plain
+		Exe  string `json:"exe"`
+		Unit string `json:"unit"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*c = Caller(v.plain)
+	if c.Exe == "" {
+		c.Exe = v.Exe
+	}
+	if c.Unit == "" {
+		c.Unit = v.Unit
+	}
+	return nil
 }
 
 // Decider says who or what decided a request: a policy rule, or a human
@@ -175,8 +197,8 @@ func bound(r *Record) {
 	if c := r.Caller; c != nil {
 		cc := *c
 		cut("caller.user", &cc.User, maxShort)
-		cut("caller.exe", &cc.Exe, maxExe)
-		cut("caller.unit", &cc.Unit, maxUnit)
+		cut("caller.exe_observed", &cc.Exe, maxExe)
+		cut("caller.unit_observed", &cc.Unit, maxUnit)
 		cut("caller.device", &cc.Device, maxShort)
 		r.Caller = &cc
 	}

@@ -204,8 +204,10 @@ func TestTamperDetected(t *testing.T) {
 			writeLines(t, filepath.Join(dir, "audit.log"), nil)
 		}, true, true},
 	}
+	// A witness that falls behind is handed the latest checkpoint, not
+	// every one; the stop checkpoint always reaches it.
 	witnessed, err := ReadCheckpoints(fx.witness)
-	if err != nil || len(witnessed) < 4 {
+	if err != nil || len(witnessed) < 1 || witnessed[len(witnessed)-1].Reason != ReasonStop {
 		t.Fatalf("witness holds %d checkpoints, %v", len(witnessed), err)
 	}
 	latest := witnessed[len(witnessed)-1:]

@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/user"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -69,10 +71,43 @@ var (
 	ErrNotRunning = errors.New("parley-keyd is not running")
 	// ErrPermission means the socket exists but this user may not open it.
 	ErrPermission = errors.New("permission denied on the parley-keyd socket")
+	// ErrWrongServer means the socket is served by a user that is not the
+	// daemon's (see ServerError).
+	ErrWrongServer = errors.New("the parley-keyd socket is not served by the daemon's user")
 )
 
-// Dial connects to the daemon at path.
-func Dial(path string) (*Client, error) {
+// ServerError says who serves a socket that the client refused to talk to.
+type ServerError struct {
+	Path string
+	UID  uint32
+	User string   // the name of UID, or the number
+	Want []string // the users accepted besides root and this one
+}
+
+func (e *ServerError) Error() string {
+	return fmt.Sprintf("the socket %s is served by user %s (uid %d), not by %s, root or you: refusing to talk to it",
+		e.Path, e.User, e.UID, strings.Join(e.Want, ", "))
+}
+
+// Is makes errors.Is(err, ErrWrongServer) true.
+func (e *ServerError) Is(target error) bool { return target == ErrWrongServer }
+
+// Options configure Dial.
+type Options struct {
+	// ServerUsers are the users (names or uids) that may serve the
+	// socket, besides root and the caller's own user; empty means
+	// protocol.DaemonUsers(""): PARLEY_KEYD_USER, else
+	// protocol.DefaultDaemonUser. See CheckServer.
+	ServerUsers []string
+}
+
+// Dial connects to the daemon at path with the default Options.
+func Dial(path string) (*Client, error) { return DialWith(path, Options{}) }
+
+// DialWith connects to the daemon at path. It returns an error, having sent
+// nothing, when the socket is served by another user than o allows
+// (CheckServer).
+func DialWith(path string, o Options) (*Client, error) {
 	nc, err := net.DialTimeout("unix", path, 5*time.Second)
 	if err != nil {
 		switch {
@@ -83,10 +118,69 @@ func Dial(path string) (*Client, error) {
 		}
 		return nil, err
 	}
+	if err := CheckServer(nc.(*net.UnixConn), path, o.ServerUsers); err != nil {
+		nc.Close()
+		return nil, err
+	}
 	c := &Client{nc: nc, calls: map[string]*call{}, done: make(chan struct{}), reader: make(chan struct{}, 1),
 		fr: &clientReader{r: bufio.NewReaderSize(nc, readBuffer)}}
 	c.reader <- struct{}{}
 	return c, nil
+}
+
+// CheckServer checks, with SO_PEERCRED, that the socket nc is served by
+// root, by the caller's own user, or by one of users (names or uids; empty
+// means protocol.DaemonUsers("")). Attack: another local user who could
+// write the socket's folder replaced the daemon's socket with one of its
+// own, to receive the agent's proofs and requests or the human's approvals
+// and answer them itself. Root is accepted because under socket activation
+// the socket belongs to the service manager, and root can read the key
+// anyway; the caller's own user because a process of it can already do all
+// the caller can.
+func CheckServer(nc *net.UnixConn, path string, users []string) error {
+	raw, err := nc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("reading who serves %s: %w", path, cerr)
+	}
+	if cred.Uid == 0 || int(cred.Uid) == os.Getuid() {
+		return nil
+	}
+	if len(users) == 0 {
+		users = protocol.DaemonUsers("")
+	}
+	for _, u := range users {
+		if uid, ok := lookupUID(u); ok && uid == cred.Uid {
+			return nil
+		}
+	}
+	name := strconv.FormatUint(uint64(cred.Uid), 10)
+	if u, err := user.LookupId(name); err == nil {
+		name = u.Username
+	}
+	return &ServerError{Path: path, UID: cred.Uid, User: name, Want: users}
+}
+
+// lookupUID resolves a user name or a numeric uid.
+func lookupUID(u string) (uint32, bool) {
+	if n, err := strconv.ParseUint(u, 10, 32); err == nil {
+		return uint32(n), true
+	}
+	pw, err := user.Lookup(u)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(pw.Uid, 10, 32)
+	return uint32(n), err == nil
 }
 
 // Close closes the connection, which withdraws any request still waiting.

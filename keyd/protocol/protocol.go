@@ -124,6 +124,14 @@ func (f *Frame) Err() *Error {
 // FrameReader reads newline-delimited frames with a hard size cap.
 type FrameReader struct {
 	r *bufio.Reader
+
+	// Hold, when set, is asked before the reader keeps n more bytes of the
+	// frame it is reading. When it returns an error, the reader drops what
+	// it kept of that frame, skips the rest of it up to its newline without
+	// keeping any, and Next returns the error: the connection stays
+	// usable. The daemon sets it to count every frame byte against a
+	// budget shared by all its connections.
+	Hold func(n int) error
 }
 
 // frameReadBuffer is the read buffer each connection keeps for its whole
@@ -141,6 +149,17 @@ func NewFrameReader(r io.Reader) *FrameReader {
 // skipped past it and stays usable.
 var ErrFrameTooLarge = errors.New("frame larger than 1 MiB")
 
+// Wait blocks until at least one byte of the next frame has arrived, and
+// reports whether that frame has arrived whole (its newline is buffered).
+// The daemon starts a frame's deadline when it has not.
+func (fr *FrameReader) Wait() (whole bool, err error) {
+	if _, err := fr.r.Peek(1); err != nil {
+		return false, err
+	}
+	b, _ := fr.r.Peek(fr.r.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0, nil
+}
+
 // Next returns the next frame's bytes without its newline. An oversized frame
 // is discarded up to its newline and reported as ErrFrameTooLarge: the
 // connection stays usable (§2.1) and at most MaxFrame bytes are held.
@@ -151,14 +170,12 @@ func (fr *FrameReader) Next() ([]byte, error) {
 		if len(buf)+len(chunk) > MaxFrame+1 {
 			// Attack: a client streaming an endless line to exhaust memory.
 			// Drop what we have and skip to the end of the line.
-			buf = nil
-			for errors.Is(err, bufio.ErrBufferFull) {
-				_, err = fr.r.ReadSlice('\n')
+			return nil, fr.skip(err, ErrFrameTooLarge, len(buf)+len(chunk))
+		}
+		if fr.Hold != nil && len(chunk) > 0 {
+			if herr := fr.Hold(len(chunk)); herr != nil {
+				return nil, fr.skip(err, herr, len(buf)+len(chunk))
 			}
-			if err != nil {
-				return nil, err
-			}
-			return nil, ErrFrameTooLarge
 		}
 		buf = append(buf, chunk...)
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -172,6 +189,25 @@ func (fr *FrameReader) Next() ([]byte, error) {
 		}
 		return bytes.TrimRight(buf, "\r\n"), nil
 	}
+}
+
+// skip discards the rest of the current frame, of which n bytes have been
+// read so far, the last read ending with err. It returns why: reason, or
+// ErrFrameTooLarge for a frame that turned out to be, or the error that
+// ended the skip.
+func (fr *FrameReader) skip(err, reason error, n int) error {
+	for errors.Is(err, bufio.ErrBufferFull) {
+		var chunk []byte
+		chunk, err = fr.r.ReadSlice('\n')
+		n += len(chunk)
+	}
+	if err != nil {
+		return err
+	}
+	if n > MaxFrame+1 {
+		return ErrFrameTooLarge
+	}
+	return reason
 }
 
 // EncodeFrame serializes f as one line. encoding/json escapes newlines inside

@@ -188,7 +188,7 @@ func (p *Page) Start() error {
 // Serve serves the page over TLS on ln in the background until Close. Call
 // it once, instead of Start.
 func (p *Page) Serve(ln net.Listener) {
-	p.ln = &limitListener{Listener: ln, sem: make(chan struct{}, maxPhoneConns)}
+	p.ln = &limitListener{Listener: ln, isLocal: p.isLocal}
 	p.srv = &http.Server{
 		Handler: p.Handler(),
 		TLSConfig: &tls.Config{
@@ -252,49 +252,73 @@ func (f logfWriter) Write(b []byte) (int, error) {
 // maxPhoneConnsPerAddr caps the connections one address may hold open.
 // Attack: a local agent holding every connection slot with keep-alives, so
 // that the human's phone, the only strong channel, cannot load the page.
+// Every address of this host counts as one: a local process can bind any of
+// the 2^24 loopback addresses, and any other address the kernel delivers
+// here (localAddress), so counting them apart would let it hold every slot.
 const maxPhoneConnsPerAddr = 4
 
-// limitListener holds at most cap(sem) connections open, and at most
-// maxPhoneConnsPerAddr from one address; further ones wait in the kernel's
-// backlog, or, past the per-address cap, are closed at once.
+// thisHost is the key under which limitListener counts the connections of
+// every local address together.
+const thisHost = "this host"
+
+// limitListener holds at most maxPhoneConns connections open, and at most
+// maxPhoneConnsPerAddr from one address, every address of this host
+// counting as one. A connection past either cap is closed at once: the
+// phone's next connection, from its own address, is served.
 type limitListener struct {
 	net.Listener
-	sem   chan struct{}
-	mu    sync.Mutex
-	perIP map[string]int
+	isLocal func(net.IP) bool
+	mu      sync.Mutex
+	open    int
+	perIP   map[string]int
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
-		l.sem <- struct{}{}
 		c, err := l.Listener.Accept()
 		if err != nil {
-			<-l.sem
 			return nil, err
 		}
-		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		key := l.addrKey(c.RemoteAddr())
 		l.mu.Lock()
 		if l.perIP == nil {
 			l.perIP = map[string]int{}
 		}
-		if l.perIP[host] >= maxPhoneConnsPerAddr {
+		if l.open >= maxPhoneConns || l.perIP[key] >= maxPhoneConnsPerAddr {
 			l.mu.Unlock()
 			c.Close()
-			<-l.sem
 			continue
 		}
-		l.perIP[host]++
+		l.open++
+		l.perIP[key]++
 		l.mu.Unlock()
 		release := sync.OnceFunc(func() {
 			l.mu.Lock()
-			if l.perIP[host]--; l.perIP[host] <= 0 {
-				delete(l.perIP, host)
+			l.open--
+			if l.perIP[key]--; l.perIP[key] <= 0 {
+				delete(l.perIP, key)
 			}
 			l.mu.Unlock()
-			<-l.sem
 		})
 		return &limitConn{Conn: c, release: release}, nil
 	}
+}
+
+// addrKey is the address a connection counts against: its IP, or thisHost
+// for any local one (and for one that cannot be read: fail closed).
+func (l *limitListener) addrKey(a net.Addr) string {
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return thisHost
+	}
+	if i := strings.IndexByte(host, '%'); i >= 0 {
+		host = host[:i]
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || l.isLocal(ip) {
+		return thisHost
+	}
+	return ip.String()
 }
 
 type limitConn struct {

@@ -79,13 +79,15 @@ func interfaceListed(ip net.IP) bool {
 	return false
 }
 
-// TestPhonePerAddressCap: one address cannot hold every connection slot.
+// TestPhonePerAddressCap: one address cannot hold every connection slot,
+// and every address of this host counts as one: a local process binding
+// many loopback addresses gets no more than one address's share.
 func TestPhonePerAddressCap(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := &limitListener{Listener: inner, sem: make(chan struct{}, 64)}
+	ln := &limitListener{Listener: inner, isLocal: localAddress}
 	defer ln.Close()
 	accepted := make(chan net.Conn, 16)
 	go func() {
@@ -99,7 +101,9 @@ func TestPhonePerAddressCap(t *testing.T) {
 	}()
 	var conns []net.Conn
 	for i := 0; i < maxPhoneConnsPerAddr+1; i++ {
-		c, err := net.Dial("tcp", inner.Addr().String())
+		// From 127.0.0.1, 127.0.0.2, …: all of them this host.
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}}
+		c, err := d.Dial("tcp", inner.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
