@@ -126,11 +126,29 @@ func (s *Server) watch(r *request) (*protocol.Frame, error) {
 	w := &watchNotifier{events: make(chan watchEvent, watchBuffer), lost: make(chan struct{})}
 	cancel := s.queue.subscribe(w)
 	defer cancel()
+	// The audit log's signed checkpoints go to approvers too, who keep the
+	// latest out of the daemon's reach: a log cut, rolled back or rewritten
+	// later contradicts what they kept (docs/audit.md).
+	var checkpoints <-chan *audit.Checkpoint
+	if feed, ok := s.audit.(checkpointFeed); ok {
+		ch, stop := feed.Subscribe()
+		defer stop()
+		checkpoints = ch
+		if cp := feed.LastCheckpoint(); cp != nil {
+			r.event("checkpoint", cp)
+		}
+	}
 	for _, v := range s.queue.list() {
 		w.Pending(v)
 	}
 	for {
 		select {
+		case cp, ok := <-checkpoints:
+			if !ok {
+				checkpoints = nil
+				continue
+			}
+			r.event("checkpoint", cp)
 		case ev := <-w.events:
 			r.event(ev.message, ev.data)
 		case <-w.lost:

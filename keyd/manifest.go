@@ -24,7 +24,9 @@ var manifestVerbs = []protocol.ManifestVerb{
 	{Name: protocol.VerbApprove, Role: "approver", Summary: "Approve a waiting request with the match code the requester was shown.",
 		Params: map[string]string{"request": "string", "match": "string", "channel?": "terminal|desktop"}},
 	{Name: protocol.VerbDeny, Role: "approver", Summary: "Deny a waiting request.", Params: map[string]string{"request": "string"}},
-	{Name: protocol.VerbWatch, Role: "approver", Summary: "Stream pending requests and their ends as EVENTs."},
+	{Name: protocol.VerbWatch, Role: "approver", Summary: "Stream pending requests, their ends and the audit log's signed checkpoints as EVENTs."},
+	{Name: protocol.VerbAudit, Role: "approver", Summary: "Read the audit log: a page of records, as stored and rendered.",
+		Params: map[string]string{"audit?": "{from?: int — seq, since?: int, until?: int — unix seconds, grant?: string, limit?: int, wait?: bool}"}},
 }
 
 // hello answers HELLO with the daemon's manifest for this caller.

@@ -67,7 +67,7 @@ type folder interface {
 func knownVerb(verb string) bool {
 	switch verb {
 	case protocol.VerbHello, protocol.VerbGrant, protocol.VerbExplain, protocol.VerbConsent,
-		protocol.VerbPending, protocol.VerbApprove, protocol.VerbDeny, protocol.VerbWatch:
+		protocol.VerbPending, protocol.VerbApprove, protocol.VerbDeny, protocol.VerbWatch, protocol.VerbAudit:
 		return true
 	}
 	return false
@@ -106,6 +106,8 @@ func (s *Server) run(r *request) (*protocol.Frame, error) {
 		return s.decide(r, false)
 	case protocol.VerbWatch:
 		return s.watch(r)
+	case protocol.VerbAudit:
+		return s.auditRead(r)
 	}
 	return nil, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("unknown verb %q", r.f.Verb),
 		Fix: "send HELLO to list the verbs"}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/client"
 	"github.com/parley-keyd/parley-keyd/keyd/peercred"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/policies"
@@ -151,7 +152,7 @@ func TestHandleWithoutSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := peercred.Identity{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: 1, User: me(t)}
+	id := selfIdentity(t)
 	agent := Caller{Identity: id, Roles: Roles{Agent: true}}
 	reply, err := h.srv.Handle(context.Background(), agent, &protocol.Frame{Verb: protocol.VerbGrant, Grant: body, Proof: &proof}, nil)
 	if err != nil || reply.Kind != protocol.KindGrant {
@@ -250,7 +251,7 @@ func TestReloadRedecides(t *testing.T) {
 	type end struct{ id, outcome, reason string }
 	ends := make(chan end, 4)
 	watcher := h.client()
-	go watcher.Watch(ctxT(t), nil, func(id, outcome, reason string) { ends <- end{id, outcome, reason} })
+	go watcher.Watch(ctxT(t), client.Feed{Ended: func(id, outcome, reason string) { ends <- end{id, outcome, reason} }})
 	waitFor(t, "the watcher", func() bool { return len(h.srv.channels()) > 1 })
 	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
 	h.reload(t, strings.Replace(testPolicy, `can = ["bank.*"]`, `can = ["bank.*", "mail.*"]`, 1))
@@ -385,4 +386,10 @@ func TestConsentRenderedWhole(t *testing.T) {
 	if !strings.Contains(err.Error(), "max_effects") {
 		t.Errorf("refusal %v", err)
 	}
+}
+
+// selfIdentity is the test process as the kernel would describe it, with a
+// pid that marks it as made up.
+func selfIdentity(t *testing.T) peercred.Identity {
+	return peercred.Identity{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: 1, User: me(t)}
 }

@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/notify/desktop"
 
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 	"github.com/parley-keyd/parley-keyd/keyd/client"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
@@ -127,7 +132,11 @@ func watchOnce(ctx context.Context, c *client.Client, desk *desktop.Desktop, qrD
 		stop() // the session bus went away: stop watching too
 	}()
 	approverLogf("showing requests for user %s from %s", man.Caller.User, protocol.SocketPath(socketFlag))
-	werr := c.Watch(runCtx, a.Pending, a.Ended)
+	keep := checkpointKeeper(man.Principal, a)
+	werr := c.Watch(runCtx, client.Feed{Pending: a.Pending, Ended: a.Ended, Checkpoint: keep,
+		Malformed: func(msg string, err error) {
+			approverLogf("a %s event from the daemon could not be read: %v", msg, err)
+		}})
 	stop()
 	if rerr := <-runErr; rerr != nil && !errors.Is(rerr, context.Canceled) {
 		return fail(rerr, "the desktop session ended; the user unit starts the approver again with the next session")
@@ -162,4 +171,54 @@ func dialDaemonError(err error) error {
 			hint: "an admin adds you to the socket's group or to access.approver_users"}
 	}
 	return &exitError{code: exitNoDaemon, err: fmt.Errorf("cannot reach parley-keyd: %w", err)}
+}
+
+// checkpointKeeper returns what the approver does with each checkpoint of
+// the daemon's audit log: it keeps the latest in the user's state folder,
+// out of the daemon's reach, after checking its signature under the
+// principal key and that it follows the one kept. A checkpoint that does not
+// (an older one, another hash at the same seq, another log) means the log
+// was cut, rolled back or rewritten: the human is alarmed, and the file keeps
+// the checkpoint that shows it (docs/audit.md, witnesses).
+func checkpointKeeper(principal string, a *desktop.Approver) func(*checkpoint.Checkpoint) {
+	pub, err := grant.ParsePublicKey(principal)
+	if err != nil {
+		approverLogf("the daemon's principal key %q cannot be read (%v); its audit checkpoints are not kept", principal, err)
+		return nil
+	}
+	path, err := checkpointPath(principal)
+	if err != nil {
+		approverLogf("no place to keep the audit log's checkpoints: %v", err)
+		return nil
+	}
+	k := checkpoint.Keeper{Path: path}
+	return func(cp *checkpoint.Checkpoint) {
+		if err := k.Keep(cp, pub); err != nil {
+			approverLogf("ALERT: %v (the checkpoint kept is in %s)", err, path)
+			a.Alarm(fmt.Sprintf("The daemon's audit log contradicts the checkpoint this desktop kept of it: %v. "+
+				"Tell the admin, and keep %s: parley-keyd audit verify --checkpoint %s shows what changed.", err, path, path))
+			return
+		}
+	}
+}
+
+// checkpointPath is where the approver keeps the latest checkpoint of the
+// audit log of the daemon whose principal is principal:
+// $XDG_STATE_HOME/parley-keyd (default ~/.local/state/parley-keyd), one
+// file per principal.
+func checkpointPath(principal string) (string, error) {
+	dir := os.Getenv("XDG_STATE_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(home, ".local", "state")
+	}
+	dir = filepath.Join(dir, "parley-keyd")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(principal))
+	return filepath.Join(dir, "audit-checkpoint-"+hex.EncodeToString(sum[:6])+".json"), nil
 }

@@ -34,7 +34,7 @@ func addDaemonCommands(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&socketFlag, "socket", "", "parley-keyd socket (default $"+protocol.SocketEnv+", else "+protocol.DefaultSocket+")")
 	root.PersistentFlags().StringVar(&daemonUserFlag, "daemon-user", "", "the user parley-keyd runs as; a socket served by anyone else but root or you is refused (default $"+protocol.DaemonUserEnv+", else "+protocol.DefaultDaemonUser+")")
 	root.AddCommand(newIssueCmd(), newConsentCmd(), newExplainCmd(), newStatusCmd(),
-		newPendingCmd(), newApproveCmd(), newDenyCmd())
+		newPendingCmd(), newApproveCmd(), newDenyCmd(), newAuditCmd())
 	root.AddCommand(newApproverCmd())
 	root.AddCommand(newMCPCmd(), newGendocsCmd())
 }

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -648,25 +649,69 @@ func (c *Client) Deny(ctx context.Context, id, channel string) error {
 	return err
 }
 
-// Watch streams pending requests and their ends until ctx ends or the
-// connection closes. pending receives each waiting request; ended each
-// request that finished, with its outcome.
-func (c *Client) Watch(ctx context.Context, pending func(protocol.PendingView), ended func(id, outcome, reason string)) error {
+// Feed receives what WATCH streams; a nil field ignores its events.
+type Feed struct {
+	// Pending receives each waiting request.
+	Pending func(protocol.PendingView)
+	// Ended receives each request that ended: "approved" or the code it
+	// ended with, and why.
+	Ended func(id, outcome, reason string)
+	// Checkpoint receives each signed checkpoint of the daemon's audit log,
+	// read strictly but not verified: the receiver checks it against the
+	// principal key (checkpoint.Keeper does).
+	Checkpoint func(*checkpoint.Checkpoint)
+	// Malformed receives an event the client could not read; nil ignores
+	// it.
+	Malformed func(message string, err error)
+}
+
+// Watch streams pending requests, their ends and the audit log's checkpoints
+// until ctx ends or the connection closes.
+func (c *Client) Watch(ctx context.Context, feed Feed) error {
+	bad := func(msg string, err error) {
+		if feed.Malformed != nil {
+			feed.Malformed(msg, err)
+		}
+	}
 	_, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbWatch}, func(f *protocol.Frame) {
 		switch f.Message {
 		case "pending":
 			var v protocol.PendingView
-			if json.Unmarshal(f.Data, &v) == nil && pending != nil {
-				pending(v)
+			if err := json.Unmarshal(f.Data, &v); err != nil {
+				bad(f.Message, err)
+			} else if feed.Pending != nil {
+				feed.Pending(v)
 			}
 		case "ended":
 			var e struct{ ID, Outcome, Reason string }
-			if json.Unmarshal(f.Data, &e) == nil && ended != nil {
-				ended(e.ID, e.Outcome, e.Reason)
+			if err := json.Unmarshal(f.Data, &e); err != nil {
+				bad(f.Message, err)
+			} else if feed.Ended != nil {
+				feed.Ended(e.ID, e.Outcome, e.Reason)
+			}
+		case "checkpoint":
+			cp, err := checkpoint.Parse(f.Data)
+			if err != nil {
+				bad(f.Message, err)
+			} else if feed.Checkpoint != nil {
+				feed.Checkpoint(cp)
 			}
 		}
 	})
 	return err
+}
+
+// Audit reads a page of the daemon's audit log (approvers only).
+func (c *Client) Audit(ctx context.Context, q protocol.AuditQuery) (*protocol.AuditPage, error) {
+	r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbAudit, Audit: &q}, nil)
+	if err != nil {
+		return nil, err
+	}
+	var p protocol.AuditPage
+	if err := json.Unmarshal(r.Data, &p); err != nil {
+		return nil, errors.New("parley-keyd sent a malformed AUDIT reply")
+	}
+	return &p, nil
 }
 
 // consentObject returns the "consent" member of an ERROR frame, or raw

@@ -30,6 +30,7 @@ const (
 	VerbApprove = "APPROVE"
 	VerbDeny    = "DENY"
 	VerbWatch   = "WATCH"
+	VerbAudit   = "AUDIT"
 )
 
 // Reply kinds.
@@ -39,6 +40,7 @@ const (
 	KindExplain = "EXPLAIN"
 	KindPending = "PENDING"
 	KindOK      = "OK"
+	KindAudit   = "AUDIT"
 	KindEvent   = "EVENT"
 	KindError   = "ERROR"
 )
@@ -106,6 +108,7 @@ type Frame struct {
 	Request  string          `json:"request,omitempty"`  // APPROVE, DENY: the pending request id
 	Match    string          `json:"match,omitempty"`    // APPROVE: the match code the human confirmed
 	Channel  string          `json:"channel,omitempty"`  // APPROVE, DENY: "terminal" (default) or "desktop"
+	Audit    *AuditQuery     `json:"audit,omitempty"`    // AUDIT: which records
 
 	// Reply fields.
 	Code    Code            `json:"code,omitempty"` // ERROR

@@ -351,6 +351,7 @@ type approverMsg struct {
 	reason  string
 	outcome string
 	expired string
+	alarm   string
 }
 
 // NewApprover returns an approver that decides through d and shows
@@ -426,6 +427,8 @@ func (a *Approver) handle(m approverMsg) {
 			a.opts.Logf("request %s ended (%s%s); closing its notification", m.ended, m.outcome, reasonSuffix(m.reason))
 			a.forget(r, true)
 		}
+	case m.alarm != "":
+		a.alarm(m.alarm)
 	case m.expired != "":
 		if r := a.shown[m.expired]; r != nil {
 			a.opts.Logf("request %s has expired; closing its notification", m.expired)
@@ -605,6 +608,21 @@ func (a *Approver) decide(ctx context.Context, call func(context.Context) error)
 	ctx, cancel := context.WithTimeout(ctx, a.opts.Timeout)
 	defer cancel()
 	return call(ctx)
+}
+
+// Alarm shows text as a critical notification that stays until dismissed:
+// for what the human must not miss, such as an audit log that contradicts
+// the checkpoint kept of it.
+func (a *Approver) Alarm(text string) { a.push(approverMsg{alarm: text}) }
+
+func (a *Approver) alarm(text string) {
+	text = grant.SafeText(text, 600)
+	if a.s.Markup() {
+		text = EscapeMarkup(text)
+	}
+	if _, err := a.s.Notify(Notification{Summary: "parley-keyd: the audit log was altered", Body: text, Urgency: UrgencyCritical, Expire: 0}); err != nil {
+		a.opts.Logf("%v", err)
+	}
 }
 
 // followUp shows a short note that expires on the server's default timeout.

@@ -342,6 +342,15 @@ func TestApproverLifecycle(t *testing.T) {
 			t.Errorf("a dismissal decided: %+v", <-d.calls)
 		}
 	})
+	t.Run("ok/alarm-stays-until-dismissed", func(t *testing.T) {
+		s := newFakeScreen(false)
+		a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, desktop.ApproverOptions{})
+		a.Alarm("the log was rolled back \x1b[2J")
+		n := s.expect(t, "notify").n
+		if n.Urgency != desktop.UrgencyCritical || n.Expire != 0 || len(n.Actions) != 0 || !strings.Contains(n.Body, "rolled back") || strings.Contains(n.Body, "\x1b") {
+			t.Errorf("alarm shown as %+v", n)
+		}
+	})
 	t.Run("ok/shown-once", func(t *testing.T) {
 		s := newFakeScreen(false)
 		a := startApprover(t, s, &fakeDecider{calls: make(chan decision, 4)}, desktop.ApproverOptions{})
@@ -545,7 +554,7 @@ func runApprover(t *testing.T, d *daemon, s *testdesktop.Session) (weak bool) {
 	a := desktop.NewApprover(c, desk, desktop.ApproverOptions{Weak: man.Caller.Weak, QRDir: t.TempDir(), Logf: t.Logf})
 	runDone := make(chan error, 1)
 	go func() { runDone <- a.Run(ctx) }()
-	go c.Watch(ctx, a.Pending, a.Ended)
+	go c.Watch(ctx, client.Feed{Pending: a.Pending, Ended: a.Ended})
 	t.Cleanup(func() {
 		cancel()
 		<-runDone

@@ -1,0 +1,135 @@
+package keyd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+)
+
+// Approvers read the audit log through the daemon (AUDIT), since the log's
+// files are readable by the daemon's user alone, and receive its signed
+// checkpoints on their WATCH stream, so that they can keep the latest where
+// the daemon's user cannot reach it (docs/audit.md, witnesses).
+
+// auditFiles is an audit sink whose records can be read back: the daemon's
+// audit.Log.
+type auditFiles interface {
+	Path() string
+	Head() audit.Head
+}
+
+// checkpointFeed is an audit sink that signs checkpoints: the daemon's
+// audit.Log.
+type checkpointFeed interface {
+	Subscribe() (<-chan *audit.Checkpoint, func())
+	LastCheckpoint() *audit.Checkpoint
+}
+
+// auditWait bounds how long an AUDIT with "wait" waits for a new record,
+// and auditPoll how often it looks.
+const (
+	auditWait = 25 * time.Second
+	auditPoll = 200 * time.Millisecond
+)
+
+// auditRead answers AUDIT: a page of the records the query selects, as
+// stored and as rendered for a person. With wait, an empty page is first
+// waited for (a reader that follows the log).
+func (s *Server) auditRead(r *request) (*protocol.Frame, error) {
+	if err := r.requireApprover(); err != nil {
+		return nil, err
+	}
+	files, ok := s.audit.(auditFiles)
+	if !ok {
+		return nil, &protocol.Error{Code: protocol.CodeUnavailable, Message: "this daemon keeps no audit log it can read back"}
+	}
+	var q protocol.AuditQuery
+	if r.f.Audit != nil {
+		q = *r.f.Audit
+	}
+	limit := q.Limit
+	if limit <= 0 || limit > protocol.MaxAuditPage {
+		limit = protocol.MaxAuditPage
+	}
+	f := audit.Filter{FromSeq: q.From, GrantID: q.Grant}
+	if q.Since != 0 {
+		f.Since = time.Unix(q.Since, 0)
+	}
+	if q.Until != 0 {
+		f.Until = time.Unix(q.Until, 0)
+	}
+	page, err := readAuditPage(files, f, limit)
+	if err == nil && q.Wait && len(page.Records) == 0 && !page.More {
+		page, err = s.waitAuditPage(r.ctx, files, f, limit, page.Head)
+	}
+	if err != nil {
+		s.logf("AUDIT from %s: %v", r.caller.name(), err)
+		return nil, &protocol.Error{Code: protocol.CodeUnavailable, Message: "the audit log could not be read", Retry: 5}
+	}
+	r.rec.Message = fmt.Sprintf("%d records from seq %d", len(page.Records), q.From)
+	raw, err := json.Marshal(page)
+	if err != nil {
+		return nil, err
+	}
+	return &protocol.Frame{Kind: protocol.KindAudit, Data: raw}, nil
+}
+
+// waitAuditPage waits, at most auditWait and while ctx lasts, for the log to
+// grow past head, then reads again.
+func (s *Server) waitAuditPage(ctx context.Context, files auditFiles, f audit.Filter, limit int, head uint64) (protocol.AuditPage, error) {
+	deadline := time.NewTimer(auditWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(auditPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return protocol.AuditPage{Next: max(f.FromSeq, head+1), Head: head}, nil
+		case <-deadline.C:
+			return protocol.AuditPage{Next: max(f.FromSeq, head+1), Head: head}, nil
+		case <-tick.C:
+			if files.Head().Seq > head {
+				f.FromSeq = max(f.FromSeq, head+1)
+				return readAuditPage(files, f, limit)
+			}
+		}
+	}
+}
+
+var errPageFull = errors.New("page full")
+
+// readAuditPage reads at most limit records (and MaxAuditPageBytes) that f
+// selects. Next is where the following page starts: after the last record
+// read, or past the head when nothing more was there.
+func readAuditPage(files auditFiles, f audit.Filter, limit int) (protocol.AuditPage, error) {
+	page := protocol.AuditPage{Records: []json.RawMessage{}, Lines: []string{}}
+	head := files.Head().Seq
+	size := 0
+	err := audit.Read(files.Path(), f, func(line []byte, rec *audit.Record) error {
+		if len(page.Records) >= limit || size+len(line) > protocol.MaxAuditPageBytes {
+			page.More = true
+			return errPageFull
+		}
+		page.Records = append(page.Records, json.RawMessage(append([]byte(nil), line...)))
+		page.Lines = append(page.Lines, audit.FormatRecord(rec))
+		page.Next = rec.Seq + 1
+		size += len(line)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errPageFull) {
+		return page, err
+	}
+	page.Head = head
+	if page.Next > 0 {
+		page.Head = max(head, page.Next-1)
+	}
+	if !page.More {
+		page.Next = max(page.Next, head+1, f.FromSeq)
+	}
+	return page, nil
+}
