@@ -1,6 +1,7 @@
 package keyd
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -8,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/journal"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/client"
 	"github.com/parley-keyd/parley-keyd/keyd/peercred"
@@ -392,4 +395,52 @@ func TestConsentRenderedWhole(t *testing.T) {
 // pid that marks it as made up.
 func selfIdentity(t *testing.T) peercred.Identity {
 	return peercred.Identity{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: 1, User: me(t)}
+}
+
+// TestLogFloodFolded: an agent that closes a thousand connections in the
+// middle of a frame makes the daemon log each one; with the journal logger
+// serve uses, that is a few lines and a count, not a thousand lines (issue
+// 10: one agent made the daemon print 9 500–17 000 lines a second).
+func TestLogFloodFolded(t *testing.T) {
+	var out syncBuffer
+	jl := journal.New(journal.Options{Identifier: "parley-keyd", Stderr: &out, NoJournal: true})
+	h := newHarness(t, func(c *Config, o *Options) { o.Logf = jl.Printf })
+	const n = 1000
+	for range n {
+		r := h.raw()
+		r.send(`{"parley":1,"id":"x","ve`)
+		r.nc.Close()
+	}
+	// Every connection is gone when the server holds none.
+	waitFor(t, "the connections to close", func() bool {
+		h.srv.Server.mu.Lock()
+		defer h.srv.Server.mu.Unlock()
+		return len(h.srv.conns) == 0
+	})
+	jl.Flush()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) > 100 {
+		t.Errorf("%d connections closed mid-frame wrote %d log lines", n, len(lines))
+	}
+	if !strings.Contains(out.String(), "[folded: ") {
+		t.Errorf("no line counts what was folded:\n%s", out.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

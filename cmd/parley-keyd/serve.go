@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
@@ -50,7 +51,13 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	// spot, without its stop record. Ignored, the write fails and the
 	// daemon serves on.
 	signal.Ignore(syscall.SIGPIPE)
-	logger := log.New(os.Stderr, "parley-keyd: ", 0)
+	// Every line the daemon writes goes through one logger: to the journal
+	// with priorities and fields when there is one, else to stderr, with
+	// flood control that folds repeats into counted lines (issue 10: one
+	// agent made the daemon print 9 500–17 000 lines a second).
+	jl := journal.New(journal.Options{Identifier: "parley-keyd"})
+	defer jl.Close()
+	logger := log.New(journalWriter{jl}, "", 0)
 	// First of all: no core dumps, no ptrace or /proc/PID/mem by our own uid.
 	rep, err := keyd.Harden()
 	if err != nil {
@@ -78,9 +85,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	// preallocates 16 KiB ahead (docs/audit.md); it signs its checkpoints
 	// with the signer. Witnesses, segments and retention are the
 	// configuration's to add.
-	jl := journal.New(journal.Options{Identifier: "parley-keyd"})
-	defer jl.Close()
-	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, SignerInfo: signer.Describe().String(), Logf: logger.Printf,
+	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, SignerInfo: signer.Describe().String(), Logf: jl.Printf,
 		AuditOptions: audit.Options{Journal: jl, Preallocate: 16 << 10}})
 	var pe *keyd.PolicyError
 	switch {
@@ -121,7 +126,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		logger.Printf("warning: the open-file limit (%d) is below max_connections (%d) + 256: when agents hold many connections, approvers may be refused; raise LimitNOFILE= or lower max_connections",
 			nofile.Cur, cfg.MaxConnections)
 	}
-	stopPhone, err := startPhone(d.Server, cfg, state, logger.Printf)
+	stopPhone, err := startPhone(d.Server, cfg, state, jl.Printf)
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("phone page: %w", err)
@@ -143,4 +148,14 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		}
 	}()
 	return d.Run(ctx, ln)
+}
+
+// journalWriter writes each line a log.Logger makes as one entry of the
+// journal logger, so that the few places that take a *log.Logger share its
+// flood control.
+type journalWriter struct{ l *journal.Logger }
+
+func (w journalWriter) Write(p []byte) (int, error) {
+	w.l.Send(journal.Entry{Priority: journal.Info, Message: strings.TrimSuffix(string(p), "\n")})
+	return len(p), nil
 }
