@@ -268,6 +268,10 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	cfg := s.cfg.Load()
 	roles := cfg.roles(id)
 	if !roles.Agent && !roles.Approver {
+		// A caller the configuration does not admit sends no request and
+		// gets no audit record; it leaves a line, which the logger's
+		// flood control folds when it repeats.
+		s.logf("refused a connection from user %s (uid %d, pid %d): not named in access", safe(id.User), id.UID, id.PID)
 		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeUnauthorized,
 			Message: fmt.Sprintf("user %s (uid %d) may not use parley-keyd", id.User, id.UID),
 			Fix:     "an admin adds the user to access.agent_users or access.approver_users in the daemon's configuration"})
@@ -282,6 +286,7 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 		if mine, _ := s.slots.held(id.UID); mine >= limits.PerUser {
 			msg = fmt.Sprintf("user %s has too many open connections", id.User)
 		}
+		s.logf("refused a connection from user %s (uid %d, pid %d): %s", safe(id.User), id.UID, id.PID, msg)
 		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeLimit, Message: msg, Retry: 1})
 		return
 	}
