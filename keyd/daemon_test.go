@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
@@ -64,10 +65,10 @@ func TestAuditWitnessFromConfig(t *testing.T) {
 		t.Fatalf("the witness file was not written: %v", err)
 	}
 	defer f.Close()
-	var cps []*audit.Checkpoint
+	var cps []*checkpoint.Checkpoint
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		cp, err := audit.ParseCheckpoint(sc.Bytes())
+		cp, err := checkpoint.Parse(sc.Bytes())
 		if err != nil {
 			t.Fatalf("witness line %q: %v", sc.Text(), err)
 		}

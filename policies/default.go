@@ -12,12 +12,3 @@ var DefaultFile []byte
 
 // DefaultText returns DefaultFile as a string.
 func DefaultText() string { return string(DefaultFile) }
-
-// Default returns the parsed DefaultFile.
-func Default() *Policy {
-	p, err := Parse(DefaultFile, "default policy")
-	if err != nil {
-		panic("policies: the built-in default policy does not parse: " + err.Error())
-	}
-	return p
-}

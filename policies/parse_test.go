@@ -281,3 +281,12 @@ func TestAgentKeyRefusesKeylessKeys(t *testing.T) {
 		})
 	}
 }
+
+// Default returns the parsed DefaultFile.
+func Default() *Policy {
+	p, err := Parse(DefaultFile, "default policy")
+	if err != nil {
+		panic("policies: the built-in default policy does not parse: " + err.Error())
+	}
+	return p
+}

@@ -230,3 +230,6 @@ func checkErr(t *testing.T, err error, want string) {
 		t.Fatalf("error %q does not contain %q", err, want)
 	}
 }
+
+// exitCodeFor returns the exit code that run gives err.
+func exitCodeFor(err error) int { return asExitError(err).code }

@@ -65,9 +65,6 @@ func asExitError(err error) *exitError {
 	return ee
 }
 
-// exitCodeFor returns the exit code that run gives err.
-func exitCodeFor(err error) int { return asExitError(err).code }
-
 // exitCodeOf returns the exit code for a grant error code (§7).
 func exitCodeOf(c grant.Code) int {
 	switch c {

@@ -37,13 +37,6 @@ func FormatKey(pub ed25519.PublicKey) string { return checkpoint.FormatKey(pub) 
 // ParseKey reads a key written by FormatKey.
 func ParseKey(s string) (ed25519.PublicKey, error) { return checkpoint.ParseKey(s) }
 
-// ParseCheckpoint reads one checkpoint (checkpoint.Parse).
-func ParseCheckpoint(data []byte) (*Checkpoint, error) { return checkpoint.Parse(data) }
-
-// Consistent reports whether two checkpoints can belong to one honest log
-// (checkpoint.Consistent).
-func Consistent(kept, next *Checkpoint) error { return checkpoint.Consistent(kept, next) }
-
 // LatestCheckpoint reads the last checkpoint of a file of checkpoints
 // (checkpoint.Latest).
 func LatestCheckpoint(path string) (*Checkpoint, error) { return checkpoint.Latest(path) }

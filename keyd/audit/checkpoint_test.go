@@ -13,6 +13,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 
 func testCheckpoint(t testing.TB) *Checkpoint {
@@ -119,13 +121,13 @@ func TestCheckpointSigners(t *testing.T) {
 func TestParseCheckpoint(t *testing.T) {
 	cp := testCheckpoint(t)
 	line := cp.Marshal()
-	got, err := ParseCheckpoint(line)
+	got, err := checkpoint.Parse(line)
 	if err != nil || *got != *cp {
-		t.Fatalf("ParseCheckpoint(Marshal()) = %+v, %v", got, err)
+		t.Fatalf("checkpoint.Parse(Marshal()) = %+v, %v", got, err)
 	}
 	rec := checkpointLine(cp.Seq+1, cp)
-	if got, err := ParseCheckpoint(rec); err != nil || *got != *cp {
-		t.Fatalf("ParseCheckpoint(record) = %+v, %v", got, err)
+	if got, err := checkpoint.Parse(rec); err != nil || *got != *cp {
+		t.Fatalf("checkpoint.Parse(record) = %+v, %v", got, err)
 	}
 	for name, in := range map[string]string{
 		"duplicate-seq":  strings.Replace(string(line), `"seq":41`, `"seq":41,"seq":42`, 1),
@@ -137,7 +139,7 @@ func TestParseCheckpoint(t *testing.T) {
 		"too-long":       strings.Repeat(" ", 5000) + string(line),
 		"unknown-reason": strings.Replace(string(line), `"reason":"count"`, `"reason":"because"`, 1),
 	} {
-		if _, err := ParseCheckpoint([]byte(in)); !errors.Is(err, ErrCheckpoint) {
+		if _, err := checkpoint.Parse([]byte(in)); !errors.Is(err, ErrCheckpoint) {
 			t.Errorf("%s: ParseCheckpoint = %v", name, err)
 		}
 	}
@@ -147,20 +149,20 @@ func TestConsistent(t *testing.T) {
 	a := testCheckpoint(t)
 	b := *a
 	b.Seq += 10
-	if err := Consistent(a, &b); err != nil {
+	if err := checkpoint.Consistent(a, &b); err != nil {
 		t.Errorf("later checkpoint: %v", err)
 	}
-	if err := Consistent(&b, a); err == nil || !strings.Contains(err.Error(), "rolled back") {
+	if err := checkpoint.Consistent(&b, a); err == nil || !strings.Contains(err.Error(), "rolled back") {
 		t.Errorf("older checkpoint: %v", err)
 	}
 	c := *a
 	c.Hash = lineHash([]byte("other"))
-	if err := Consistent(a, &c); err == nil || !strings.Contains(err.Error(), "rewritten") {
+	if err := checkpoint.Consistent(a, &c); err == nil || !strings.Contains(err.Error(), "rewritten") {
 		t.Errorf("same seq, other hash: %v", err)
 	}
 	d := *a
 	d.Log = "BAAAAAAAAAAAAAAAAAAAAA"
-	if err := Consistent(a, &d); err == nil || !strings.Contains(err.Error(), "new log") {
+	if err := checkpoint.Consistent(a, &d); err == nil || !strings.Contains(err.Error(), "new log") {
 		t.Errorf("other log: %v", err)
 	}
 }
@@ -174,11 +176,11 @@ func FuzzParseCheckpoint(f *testing.F) {
 	f.Add([]byte(`{"log":"","seq":0}`))
 	f.Add([]byte(`{"kind":"checkpoint","checkpoint":{}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := ParseCheckpoint(data)
+		c, err := checkpoint.Parse(data)
 		if err != nil {
 			return
 		}
-		again, err := ParseCheckpoint(c.Marshal())
+		again, err := checkpoint.Parse(c.Marshal())
 		if err != nil || *again != *c {
 			t.Fatalf("re-parse of %s: %+v, %v", c.Marshal(), again, err)
 		}

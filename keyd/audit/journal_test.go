@@ -10,6 +10,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/internal/journal"
 	"github.com/parley-keyd/parley-keyd/internal/journal/journaltest"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 
 // TestJournalEntries: against a real journald, every record whatever its
@@ -63,7 +64,7 @@ func TestJournalEntriesHelper(t *testing.T) {
 			t.Errorf("entry %d: %v\nline %s", i, e, line)
 		}
 		if cp, ok := e["PARLEY_CHECKPOINT"].(string); ok {
-			c, err := ParseCheckpoint([]byte(cp))
+			c, err := checkpoint.Parse([]byte(cp))
 			if err != nil {
 				t.Fatal(err)
 			}

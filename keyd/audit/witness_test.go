@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 
 // TestCommandWitness: a command gets every checkpoint on stdin and in its
@@ -82,7 +84,7 @@ func TestSubscribe(t *testing.T) {
 	if _, ok := <-ch; ok {
 		t.Error("channel not closed with the log")
 	}
-	if err := Consistent(last, stop); err != nil {
+	if err := checkpoint.Consistent(last, stop); err != nil {
 		t.Error(err)
 	}
 }
