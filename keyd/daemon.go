@@ -96,6 +96,7 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.Server = srv
+	srv.loadLock(o.State)
 	return d, nil
 }
 

@@ -20,6 +20,9 @@ var manifestVerbs = []protocol.ManifestVerb{
 		Params: map[string]string{"request": "string", "match": "string", "channel?": "terminal|desktop"}},
 	{Name: protocol.VerbDeny, Role: "approver", Summary: "Deny a waiting request.", Params: map[string]string{"request": "string"}},
 	{Name: protocol.VerbWatch, Role: "approver", Summary: "Stream pending requests and their ends as EVENTs."},
+	{Name: protocol.VerbLock, Role: "approver", Summary: "Stop button: refuse every new request and withdraw every waiting one until UNLOCK; survives a restart.",
+		Params: map[string]string{"reason?": "string — for the audit log"}},
+	{Name: protocol.VerbUnlock, Role: "approver", Summary: "Lift the lock; refused to an approver who may also act as an agent."},
 }
 
 func (c *conn) hello(f *protocol.Frame) (*protocol.Frame, error) {
@@ -45,6 +48,9 @@ func (c *conn) hello(f *protocol.Frame) (*protocol.Frame, error) {
 	}
 	if r.Approver {
 		m.Caller.Roles = append(m.Caller.Roles, "approver")
+	}
+	if st, ok := c.s.LockState(); ok {
+		m.Locked = lockView(st)
 	}
 	for _, v := range manifestVerbs {
 		if v.Role == "any" || (v.Role == "agent" && r.Agent) || (v.Role == "approver" && r.Approver) {

@@ -39,6 +39,10 @@ func (s *Server) handler(verb string) handlerFunc {
 		return (*conn).deny
 	case protocol.VerbWatch:
 		return (*conn).watch
+	case protocol.VerbLock:
+		return (*conn).lockVerb
+	case protocol.VerbUnlock:
+		return (*conn).unlockVerb
 	}
 	return nil
 }
@@ -54,7 +58,7 @@ func (c *conn) requireApprover(verb string) error {
 	// Property 4: an agent cannot approve its own request. The role comes
 	// from the kernel's uid, never from the frame.
 	if !c.role().Approver {
-		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("user %s is an agent and may not %s requests", c.id.User, strings.ToLower(verb)),
+		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("user %s is an agent and may not %s", c.id.User, approverAction(verb)),
 			Fix: "a human approves with parley-grant approve, as a user listed in access.approver_users"}
 	}
 	return nil
@@ -261,7 +265,7 @@ func (c *conn) agentName(pol *policies.Policy, holder string) (string, error) {
 	name, ok := pol.AgentFor(c.caller(holder))
 	if !ok {
 		return "", &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("the policy names no agent for user %s with this key", c.id.User),
-			Fix: "an admin adds an [[agents]] entry for this user, executable or key to the policy"}
+			Fix: "an admin adds an [[agent]] entry for this user, executable or key to the policy"}
 	}
 	return name, nil
 }
@@ -281,6 +285,9 @@ func (c *conn) rateLimit(pol *policies.Policy, agent string) error {
 // validate → decide → (approve) → sign → audit → reply.
 func (c *conn) grantVerb(f *protocol.Frame) (*protocol.Frame, error) {
 	if err := c.requireAgent(f.Verb); err != nil {
+		return nil, err
+	}
+	if err := c.s.refuseIfLocked(); err != nil {
 		return nil, err
 	}
 	now := c.s.now().Unix()
@@ -458,6 +465,9 @@ func (c *conn) explain(f *protocol.Frame) (*protocol.Frame, error) {
 	if err := c.requireAgent(f.Verb); err != nil {
 		return nil, err
 	}
+	if err := c.s.refuseIfLocked(); err != nil {
+		return nil, err
+	}
 	now := c.s.now().Unix()
 	body, _, req, err := parseGrantBody(f.Grant, now)
 	if err != nil {
@@ -504,6 +514,9 @@ func unwrapObject(raw json.RawMessage, key string) json.RawMessage {
 // queued.
 func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
 	if err := c.requireAgent(f.Verb); err != nil {
+		return nil, err
+	}
+	if err := c.s.refuseIfLocked(); err != nil {
 		return nil, err
 	}
 	now := c.s.now().Unix()

@@ -48,6 +48,7 @@ type queue struct {
 	items     map[string]*pendingItem
 	perAgent  map[string]int
 	notifiers []*notifierReg
+	locked    bool // the daemon is locked: add refuses (lock.go)
 }
 
 type notifierReg struct{ n Notifier }
@@ -100,6 +101,12 @@ func (q *queue) add(v protocol.PendingView, agent string, maxPending int) (*pend
 	code, choices := newMatchCode()
 	v.Choices = choices
 	q.mu.Lock()
+	if q.locked {
+		// A request that passed the lock check just before the lock
+		// must not wait for a human after the drain.
+		q.mu.Unlock()
+		return nil, &protocol.Error{Code: protocol.CodeLocked, Message: "parley-keyd was locked while the request was decided"}
+	}
 	// Attack: one agent flooding the human with approval requests, which
 	// also buries the requests of others. Cap what each agent has waiting.
 	// A limit of 0 means that none may wait: fail closed, never "unlimited".
@@ -185,7 +192,8 @@ func (q *queue) decide(id string, approve bool, match string, a Approval) error 
 	}
 	if !slices.Contains(it.view.Channels, a.Channel) {
 		q.mu.Unlock()
-		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("request %s may not be approved over the %s channel (allowed: %s)", id, a.Channel, strings.Join(it.view.Channels, ", "))}
+		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("request %s may not be approved over the %s channel (allowed: %s)", id, a.Channel, strings.Join(it.view.Channels, ", ")),
+			Fix: channelFix(it.view)}
 	}
 	if approve && it.view.Strong && a.Weak {
 		q.mu.Unlock()
@@ -249,7 +257,14 @@ func (q *queue) subscribe(n Notifier) (cancel func()) {
 	}
 }
 
-// drain ends every waiting request with a (on shutdown).
+// setLocked makes add refuse new requests (true) or accept them again.
+func (q *queue) setLocked(locked bool) {
+	q.mu.Lock()
+	q.locked = locked
+	q.mu.Unlock()
+}
+
+// drain ends every waiting request with a (on shutdown, and on lock).
 func (q *queue) drain(a Approval) {
 	q.mu.Lock()
 	items := make([]*pendingItem, 0, len(q.items))

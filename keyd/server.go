@@ -54,6 +54,7 @@ type Server struct {
 	identify  func(*net.UnixConn) (peercred.Identity, error)
 	queue     *queue
 	limiter   *policies.Limiter
+	lock      lockState
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}

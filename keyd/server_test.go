@@ -224,7 +224,7 @@ func TestHelloManifest(t *testing.T) {
 	for _, v := range m.Verbs {
 		names = append(names, v.Name)
 	}
-	if got := strings.Join(names, " "); got != "HELLO GRANT EXPLAIN CONSENT PENDING APPROVE DENY WATCH" {
+	if got := strings.Join(names, " "); got != "HELLO GRANT EXPLAIN CONSENT PENDING APPROVE DENY WATCH LOCK UNLOCK" {
 		t.Errorf("verbs = %s", got)
 	}
 }

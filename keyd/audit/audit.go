@@ -35,12 +35,15 @@ const (
 	KindStart        = "start"         // the daemon started
 	KindStop         = "stop"          // the daemon stopped cleanly
 	KindRecovered    = "recovered"     // Open dropped a torn last line after a crash
+	KindLock         = "lock"          // an approver locked the daemon: every request is refused
+	KindUnlock       = "unlock"        // an approver lifted the lock
 )
 
 var kinds = map[string]bool{
 	KindIssue: true, KindConsent: true, KindDeny: true, KindTimeout: true,
 	KindWithdrawn: true, KindError: true, KindPolicyReload: true,
 	KindStart: true, KindStop: true, KindRecovered: true,
+	KindLock: true, KindUnlock: true,
 }
 
 const (

@@ -17,6 +17,17 @@ type Manifest struct {
 	// is issued at once or needs approval.
 	May   any            `json:"may,omitempty"`
 	Verbs []ManifestVerb `json:"verbs"`
+	// Locked is present while an approver has locked the daemon: every
+	// GRANT, CONSENT and EXPLAIN is refused with "locked" until UNLOCK.
+	Locked *LockView `json:"locked,omitempty"`
+}
+
+// LockView says who locked the daemon, how, when and why.
+type LockView struct {
+	By      string `json:"by"`
+	Channel string `json:"channel"`
+	Reason  string `json:"reason,omitempty"`
+	At      int64  `json:"at"` // unix seconds
 }
 
 // ManifestService names the daemon as a Parley BRIEF names a service.

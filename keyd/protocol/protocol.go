@@ -30,6 +30,8 @@ const (
 	VerbApprove = "APPROVE"
 	VerbDeny    = "DENY"
 	VerbWatch   = "WATCH"
+	VerbLock    = "LOCK"
+	VerbUnlock  = "UNLOCK"
 )
 
 // Reply kinds.
@@ -60,6 +62,7 @@ const (
 	CodeLimit         Code = "limit"          // rate or pending limit reached; see retry
 	CodeUnavailable   Code = "unavailable"    // audit log not writable, shutting down
 	CodeInternal      Code = "internal"       // a bug: the detail is in the audit log
+	CodeLocked        Code = "locked"         // an approver locked the daemon: every request is refused until unlock
 )
 
 // Error is a refusal as it crosses the socket: a stable code, one sentence,
@@ -106,6 +109,7 @@ type Frame struct {
 	Request  string          `json:"request,omitempty"`  // APPROVE, DENY: the pending request id
 	Match    string          `json:"match,omitempty"`    // APPROVE: the match code the human confirmed
 	Channel  string          `json:"channel,omitempty"`  // APPROVE, DENY: "terminal" (default) or "desktop"
+	Reason   string          `json:"reason,omitempty"`   // LOCK: why, for the audit log
 
 	// Reply fields.
 	Code    Code            `json:"code,omitempty"` // ERROR
