@@ -25,6 +25,13 @@ type Config struct {
 	Socket string `toml:"socket"`
 	// SocketMode is the octal mode of the socket file (default "0660").
 	SocketMode string `toml:"socket_mode"`
+	// SocketGroup is the group (name or gid) the daemon gives the socket it
+	// creates; empty keeps the daemon's own group. Under systemd socket
+	// activation the unit's SocketGroup= decides instead. It should be a
+	// group of agents and approvers that cannot read this configuration
+	// (parley-agents in the default install); the daemon's user must be a
+	// member of it.
+	SocketGroup string `toml:"socket_group"`
 	// Policy is the policy file, relative to the configuration file's folder.
 	Policy string `toml:"policy"`
 	// ApprovalTimeout is how long a request waits for a human before it is refused.
@@ -38,7 +45,8 @@ type Config struct {
 	Access Access `toml:"access"`
 	Phone  Phone  `toml:"phone"`
 
-	path string // where it was read from, for relative paths
+	path       string // where it was read from, for relative paths
+	fileSocket string // Socket as the file says, before any --socket override
 }
 
 // Access names who may connect, and in which role. Users are names or numeric
@@ -119,6 +127,7 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	c.fileSocket = c.Socket
 	if c.ApprovalTimeout.Duration == 0 {
 		c.ApprovalTimeout.Duration = DefaultApprovalTimeout
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/peercred"
 	"github.com/parley-keyd/parley-keyd/policies"
@@ -165,6 +166,10 @@ func (d *Daemon) Listen() (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := chownSocketGroup(path, cfg.SocketGroup); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	if err := os.Chmod(path, cfg.FileMode()); err != nil {
 		ln.Close()
 		return nil, err
@@ -192,6 +197,11 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- d.Serve(ln) }()
+	// The socket listens and the start record is written: ready.
+	d.sdNotify(daemon.SdNotifyReady + "\n" + d.statusLine(ln.Addr().String()))
+	wctx, stopWatchdog := context.WithCancel(context.Background())
+	defer stopWatchdog()
+	go d.watchdog(wctx)
 	var err error
 	reason := "stopped"
 	select {
@@ -204,6 +214,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 			reason = c.Error()
 		}
 	}
+	d.sdNotify(daemon.SdNotifyStopping + "\nSTATUS=stopping: " + reason)
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if serr := d.Shutdown(sctx); serr != nil && err == nil {
 		err = serr
@@ -218,13 +229,16 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 
 // Reload rereads the configuration file the daemon was started with and the
 // policy file it names. Property 6: when either does not parse, nothing
-// changes. Either outcome goes into the audit log.
+// changes. Settings that only take effect at a restart (the socket and the
+// phone page) keep their running values, and the log and the audit record
+// name the ones that changed. Either outcome goes into the audit log.
 func (d *Daemon) Reload() error {
+	d.sdNotify(daemon.SdNotifyReloading)
+	defer d.sdNotify(daemon.SdNotifyReady)
 	old := d.cfg.Load()
 	cfg, err := LoadConfig(old.path)
 	var pol *policies.Policy
 	if err == nil {
-		cfg.Socket = old.Socket // the socket in use cannot move
 		pol, err = LoadPolicy(cfg)
 	}
 	if err != nil {
@@ -232,9 +246,14 @@ func (d *Daemon) Reload() error {
 		d.auditBestEffort(audit.Record{Kind: audit.KindPolicyReload, Decision: "refused", Message: err.Error()})
 		return err
 	}
+	pending := keepRestartOnly(old, cfg)
 	d.swap(cfg, pol)
-	d.logf("reloaded %s and %s", old.path, cfg.PolicyPath())
-	d.auditBestEffort(audit.Record{Kind: audit.KindPolicyReload, Decision: "loaded", Message: cfg.PolicyPath()})
+	msg := cfg.PolicyPath()
+	if len(pending) > 0 {
+		msg += "; " + restartNote(pending)
+	}
+	d.logf("reloaded %s and %s", old.path, msg)
+	d.auditBestEffort(audit.Record{Kind: audit.KindPolicyReload, Decision: "loaded", Message: msg})
 	return nil
 }
 
