@@ -182,11 +182,12 @@ var ErrLockNotDurable = errors.New("the lock holds, but the lock file could not 
 
 // Lock locks the daemon for approver a (Approver and Channel name who and
 // where): every new request is refused and every waiting one is withdrawn.
-// Locking an already locked daemon changes nothing. The lock takes effect
+// Locking an already locked daemon changes nothing and reports already. The
+// lock takes effect
 // even when its file or its audit record cannot be written, since stopping
 // is always safe; the file's failure is returned wrapped in
 // ErrLockNotDurable.
-func (s *Server) Lock(a Approval, reason string) (LockState, error) {
+func (s *Server) Lock(a Approval, reason string) (st LockState, already bool, err error) {
 	reason = safe(strings.TrimSpace(reason))
 	if len(reason) > maxLockReason {
 		reason = reason[:maxLockReason] + "…"
@@ -195,20 +196,19 @@ func (s *Server) Lock(a Approval, reason string) (LockState, error) {
 	if s.lock.cur != nil {
 		st := *s.lock.cur
 		s.lock.mu.Unlock()
-		return st, nil
+		return st, true, nil
 	}
-	st := &LockState{By: a.Approver, Channel: a.Channel, Reason: reason, At: s.now()}
-	s.lock.cur = st
+	cur := &LockState{By: a.Approver, Channel: a.Channel, Reason: reason, At: s.now()}
+	s.lock.cur = cur
 	var werr error
 	if s.lock.path != "" {
-		werr = writeLock(s.lock.path, st)
+		werr = writeLock(s.lock.path, cur)
 	}
 	s.lock.mu.Unlock()
 
 	// New requests are refused from here on, at the start of the pipeline
 	// and again when one that was already past that check tries to queue.
 	s.queue.setLocked(true)
-	s.queue.drain(Approval{Code: protocol.CodeLocked, Reason: lockedError(*st).Message})
 	rec := audit.Record{Kind: audit.KindLock, Decision: "locked",
 		DecidedBy: &audit.Decider{Approver: a.Approver, Channel: a.Channel, Strength: strength(a)}, Message: reason}
 	if werr != nil {
@@ -217,8 +217,11 @@ func (s *Server) Lock(a Approval, reason string) (LockState, error) {
 		werr = fmt.Errorf("%w: %v", ErrLockNotDurable, werr)
 	}
 	s.auditBestEffort(rec)
+	// The lock's record comes first in the log, then the requests it
+	// withdraws.
+	s.queue.drain(Approval{Code: protocol.CodeLocked, Reason: lockedError(*cur).Message})
 	s.logf("locked by %s on the %s channel: every request is refused until an approver runs parley-grant unlock", a.Approver, a.Channel)
-	return *st, werr
+	return *cur, false, werr
 }
 
 // Unlock lifts the lock for approver a. The lock file is removed first; if
@@ -258,8 +261,11 @@ func (c *conn) lockVerb(f *protocol.Frame) (*protocol.Frame, error) {
 	if err := c.requireApprover(f.Verb); err != nil {
 		return nil, err
 	}
-	st, err := c.s.Lock(c.approver("terminal"), f.Reason)
+	st, already, err := c.s.Lock(c.approver("terminal"), f.Reason)
 	msg := "locked"
+	if already {
+		msg = "already locked"
+	}
 	if errors.Is(err, ErrLockNotDurable) {
 		msg = "locked; warning: " + err.Error()
 	} else if err != nil {

@@ -67,8 +67,8 @@ func TestLockRefusesEveryRequestAndWithdrawsWaiting(t *testing.T) {
 	_, err = c.Consent(ctxT(t), newAgentKey(t), "shop.example", consentFor(h.srv.Principal(), "p_1", hash, exp), prop, nil)
 	wantCode(t, err, protocol.CodeLocked)
 	// A second lock keeps the first.
-	v2, _, err := c.Lock(ctxT(t), "again")
-	if err != nil || v2.At != v.At || v2.Reason != v.Reason {
+	v2, msg2, err := c.Lock(ctxT(t), "again")
+	if err != nil || msg2 != "already locked" || v2.At != v.At || v2.Reason != v.Reason {
 		t.Errorf("second lock: %+v, %v; want the first %+v", v2, err, v)
 	}
 	// HELLO says so, to agents and approvers alike.

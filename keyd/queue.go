@@ -190,7 +190,9 @@ func (q *queue) decide(id string, approve bool, match string, a Approval) error 
 		q.mu.Unlock()
 		return &protocol.Error{Code: protocol.CodeNotFound, Message: fmt.Sprintf("no pending request %q", id), Fix: "list waiting requests with: parley-grant pending"}
 	}
-	if !slices.Contains(it.view.Channels, a.Channel) {
+	// Denying is safe from any channel; approving only from one the
+	// request allows.
+	if approve && !slices.Contains(it.view.Channels, a.Channel) {
 		q.mu.Unlock()
 		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("request %s may not be approved over the %s channel (allowed: %s)", id, a.Channel, strings.Join(it.view.Channels, ", ")),
 			Fix: channelFix(it.view)}
