@@ -238,6 +238,27 @@ func (c *Config) roles(id peercred.Identity) Roles {
 // and approver name the users set up at init; the quickstart passes the same
 // user for both, which makes it a dual-role user with weak approvals.
 func DefaultConfig(socket, agent, approver string) string {
+	t := ConfigTemplate{Socket: socket}
+	if agent != "" {
+		t.Agents = []string{agent}
+	}
+	if approver != "" {
+		t.Approvers = []string{approver}
+	}
+	return t.Text()
+}
+
+// ConfigTemplate is what init knows when it writes a configuration.
+type ConfigTemplate struct {
+	Socket      string
+	SocketGroup string
+	Agents      []string
+	Approvers   []string
+}
+
+// Text returns the commented configuration for t. A user named both as
+// agent and approver becomes a dual-role user, whose approvals are weak.
+func (t ConfigTemplate) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# parley-keyd configuration. Unknown keys are errors.
 # Who may connect at all is decided here; what an agent may get is in the policy.
@@ -246,6 +267,11 @@ func DefaultConfig(socket, agent, approver string) string {
 socket = %q
 # Mode of the socket file. The daemon checks every peer's uid with SO_PEERCRED anyway.
 socket_mode = "0660"
+# The group the daemon gives the socket it creates: agents and approvers join it
+# to connect. Make it a group that cannot read this file; the daemon's user must
+# be a member. Empty keeps the daemon's own group. Under systemd socket activation
+# SocketGroup= in parley-keyd.socket decides instead.
+socket_group = %q
 
 # The policy file, relative to this file's folder.
 policy = "policy.toml"
@@ -260,12 +286,18 @@ agent_groups = []
 # Users and groups who may list, approve and deny pending requests.
 approver_users = [%s]
 approver_groups = []
-`, socket, quoteList(agent), quoteList(approver))
-	if agent != "" && agent == approver {
+`, t.Socket, t.SocketGroup, quoteList(t.Agents), quoteList(t.Approvers))
+	var dual []string
+	for _, a := range t.Agents {
+		if slices.Contains(t.Approvers, a) {
+			dual = append(dual, a)
+		}
+	}
+	if len(dual) > 0 {
 		fmt.Fprintf(&b, `# Users allowed to hold both roles. Their approvals are recorded as weak,
 # because an agent running as the same user could approve as well.
-dual_role_users = [%q]
-`, agent)
+dual_role_users = [%s]
+`, quoteList(dual))
 	} else {
 		b.WriteString(`# Users allowed to hold both roles (approvals from them are recorded as weak).
 dual_role_users = []
@@ -280,9 +312,10 @@ listen = ""
 	return b.String()
 }
 
-func quoteList(s string) string {
-	if s == "" {
-		return ""
+func quoteList(list []string) string {
+	q := make([]string, len(list))
+	for i, s := range list {
+		q[i] = strconv.Quote(s)
 	}
-	return strconv.Quote(s)
+	return strings.Join(q, ", ")
 }

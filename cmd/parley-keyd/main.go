@@ -2,8 +2,9 @@
 // issues grants to agents over a Unix socket, by policy and with the human's
 // approval. See README.md and docs/protocol.md.
 //
-// Exit codes: 0 success; 1 failure; 2 usage error; 3 audit log verification
-// failed; 4 the policy file is invalid.
+// Exit codes: 0 success; 1 failure (status: a check failed); 2 usage error;
+// 3 audit log verification failed; 4 the policy file is invalid; 5 the
+// configuration file is invalid.
 package main
 
 import (
@@ -21,6 +22,7 @@ const (
 	exitUsage  = 2
 	exitAudit  = 3
 	exitPolicy = 4
+	exitConfig = 5
 )
 
 // exitError carries a specific exit code, and optionally a hint line.

@@ -7,7 +7,6 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
@@ -32,14 +31,11 @@ socket activation. SIGHUP reloads the configuration and the policy (an invalid
 file leaves the old one in force); SIGTERM answers waiting requests and exits.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if config == "" {
-				config = filepath.Join(state, "config.toml")
-			}
 			return serve(state, config, socket, passFile)
 		},
 	}
-	cmd.Flags().StringVar(&state, "state", defaultState(), "state folder (key, audit log)")
-	cmd.Flags().StringVar(&config, "config", "", "configuration file (default STATE/config.toml)")
+	cmd.Flags().StringVar(&state, "state", defaultState(), "state folder (key, audit log); $PARLEY_KEYD_STATE")
+	cmd.Flags().StringVar(&config, "config", defaultConfig(), "configuration file; $PARLEY_KEYD_CONFIG_DIR/config.toml")
 	cmd.Flags().StringVar(&socket, "socket", "", "socket path, overriding the configuration")
 	cmd.Flags().StringVar(&passFile, "passphrase-file", os.Getenv("PARLEY_KEYD_PASSPHRASE_FILE"), "file holding the key's passphrase (else asked on the terminal)")
 	return cmd
@@ -54,9 +50,9 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	}
 	logger.Printf("%s", rep)
 
-	cfg, err := keyd.LoadConfig(configPath)
+	cfg, err := loadConfig(configPath, state)
 	if err != nil {
-		return withHint(fmt.Errorf("configuration: %w", err), "create one with: parley-keyd init --state "+state)
+		return err
 	}
 	if socketFlag != "" {
 		cfg.Socket = socketFlag
@@ -88,7 +84,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	var pe *keyd.PolicyError
 	switch {
 	case errors.As(err, &pe):
-		return &exitError{code: exitPolicy, err: err, hint: "check it with: parley-keyd policy check " + pe.Path}
+		return &exitError{code: exitPolicy, err: err, hint: policyHint(pe, configPath, state)}
 	case errors.Is(err, audit.ErrInUse):
 		return withHint(err, "another parley-keyd already runs on "+state+"; stop it first")
 	case err != nil:
@@ -106,8 +102,12 @@ func serve(state, configPath, socketFlag, passFile string) error {
 
 	ln, err := d.Listen()
 	var inUse *keyd.InUseError
-	if errors.As(err, &inUse) {
+	var sg *keyd.SocketGroupError
+	switch {
+	case errors.As(err, &inUse):
 		return withHint(err, "stop it first, or use another --socket")
+	case errors.As(err, &sg):
+		return withHint(err, fmt.Sprintf("the daemon's %s must be a member of that group (sudo usermod -aG %s %s), or an admin changes socket_group in %s", whoAmI(), sg.Group, currentUserName(), configPath))
 	}
 	if err != nil {
 		return err
