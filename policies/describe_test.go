@@ -86,7 +86,7 @@ func TestSummaryJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"rule":"shop-phone","action":"ask","svc":["shop.example"],"can":["shop.*"],"max_exp":3600,"default_exp":900,"per":{"amount":2000,"currency":"USD"},"spend":{"amount":10000,"currency":"USD"},"channels":["phone"],"strong":true,"text":`
+	want := `{"rule":"shop-phone","action":"ask","svc":["shop.example"],"can":["shop.*"],"max_exp":3600,"default_exp":900,"per":{"max":2000,"currency":"USD"},"spend":{"max":10000,"currency":"USD"},"channels":["phone"],"strong":true,"text":`
 	if !strings.HasPrefix(string(b), want) {
 		t.Errorf("summary JSON = %s\nwant prefix %s", b, want)
 	}

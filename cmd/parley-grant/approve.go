@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -35,17 +38,22 @@ the codes differ, another request may be racing the one you expect.`,
 			if err != nil {
 				return daemonError(err)
 			}
-			found := false
-			for _, v := range list {
-				if v.ID == id {
-					found = true
-					fmt.Fprintln(os.Stderr)
-					printPendingTo(os.Stderr, v)
-				}
-			}
-			if !found {
+			i := slices.IndexFunc(list, func(v protocol.PendingView) bool { return v.ID == id })
+			if i < 0 {
 				return &exitError{code: exitFail, err: fmt.Errorf("no pending request %q", id), hint: "list waiting requests with: parley-grant pending"}
 			}
+			v := list[i]
+			if !slices.Contains(v.Channels, "terminal") {
+				// The daemon would refuse it (forbidden): say where
+				// it may be approved before asking for any code.
+				hint := "approve it on " + channelWords(v.Channels)
+				if v.Link != "" {
+					hint = "open " + v.Link + " on your paired phone (as a QR code: parley-grant pending --qr " + v.ID + ")"
+				}
+				return failCode(exitForbidden, fmt.Errorf("request %s may be approved only on %s, not in a terminal", v.ID, channelWords(v.Channels)), hint)
+			}
+			fmt.Fprintln(os.Stderr)
+			printPendingTo(os.Stderr, v)
 			if code == "" {
 				if !term.IsTerminal(int(os.Stdin.Fd())) {
 					return usage(errors.New("no terminal to ask for the match code"), "pass it with --code NN")

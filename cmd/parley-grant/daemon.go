@@ -29,7 +29,7 @@ var socketFlag string
 func addDaemonCommands(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&socketFlag, "socket", "", "parley-keyd socket (default $"+protocol.SocketEnv+", else "+protocol.DefaultSocket+")")
 	root.AddCommand(newIssueCmd(), newConsentCmd(), newExplainCmd(), newStatusCmd(),
-		newPendingCmd(), newApproveCmd(), newDenyCmd())
+		newPendingCmd(), newApproveCmd(), newDenyCmd(), newLockCmd(), newUnlockCmd())
 	root.AddCommand(newApproverCmd())
 	root.AddCommand(newMCPCmd(), newGendocsCmd())
 }
@@ -101,8 +101,14 @@ func daemonError(err error) error {
 		}
 		return err
 	}
-	ee := &exitError{code: exitFail, err: errors.New(e.Message), hint: e.Fix}
+	ee := &exitError{code: exitFail, err: errors.New(e.Message), hint: e.Fix, wire: string(e.Code)}
 	switch e.Code {
+	case protocol.CodeLocked:
+		ee.code = exitLocked
+		if ee.hint == "" {
+			// A waiting request withdrawn by the lock carries no fix.
+			ee.hint = "stop and tell the human; only an approver can lift the lock, with: parley-grant unlock"
+		}
 	case protocol.CodeUnauthorized:
 		ee.code = exitUnauthorized
 	case protocol.CodeForbidden:
@@ -138,16 +144,6 @@ func daemonError(err error) error {
 // Ctrl-C while waiting for approval withdraws the request.
 func interruptible() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-}
-
-// showWaiting prints the match code while a request waits for a human.
-func showWaiting(e protocol.Event) {
-	strong := ""
-	if e.Strong {
-		strong = " (a strong channel is required)"
-	}
-	fmt.Fprintf(os.Stderr, "parley-grant: waiting for approval of %s on %v%s\n", e.Request, e.Channels, strong)
-	fmt.Fprintf(os.Stderr, "parley-grant: match code: %s  (the approver must enter this code)\n", e.Code)
 }
 
 // agentRequest is the common start of issue and explain: the agent key, the

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/grant"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
@@ -53,8 +56,39 @@ func printStatus(m *protocol.Manifest) {
 	}
 	fmt.Println(who)
 	fmt.Printf("approval channels: %s; approvals time out after %d s\n", strings.Join(m.Channels, ", "), m.Limits.ApprovalTimeout)
-	if m.May != nil {
-		b, _ := json.MarshalIndent(m.May, "  ", "  ")
-		fmt.Printf("what you may ask for:\n  %s\n", b)
+	if l := m.Locked; l != nil {
+		reason := ""
+		if l.Reason != "" {
+			reason = " (" + grant.SafeText(l.Reason, 200) + ")"
+		}
+		fmt.Printf("LOCKED by %s since %s%s: every request is refused until an approver runs: parley-grant unlock\n",
+			grant.SafeText(l.By, 100), time.Unix(l.At, 0).UTC().Format(time.RFC3339), reason)
 	}
+	if rules := mayRules(m.May); len(rules) > 0 {
+		fmt.Println("what you may ask for, rule by rule (the first that covers a request decides):")
+		for _, r := range rules {
+			fmt.Printf("  - rule %q: %s\n", grant.SafeText(r.Rule, 100), grant.SafeText(r.Text, 600))
+		}
+	} else if m.Caller.Agent == "" && slices.Contains(m.Caller.Roles, "agent") {
+		fmt.Println("what you may ask for: nothing; the policy names no agent for you")
+	}
+}
+
+// mayRule is one entry of the manifest's "may": what a policy rule does
+// for this caller. The daemon rendered Text in plain words.
+type mayRule struct {
+	Rule string `json:"rule"`
+	Text string `json:"text"`
+}
+
+func mayRules(may any) []mayRule {
+	raw, err := json.Marshal(may)
+	if err != nil {
+		return nil
+	}
+	var out []mayRule
+	if json.Unmarshal(raw, &out) != nil {
+		return nil
+	}
+	return out
 }
