@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -107,7 +108,12 @@ type PolicyError struct {
 	Err  error
 }
 
-func (e *PolicyError) Error() string { return fmt.Sprintf("policy %s: %v", e.Path, e.Err) }
+func (e *PolicyError) Error() string {
+	if msg := e.Err.Error(); strings.HasPrefix(msg, e.Path+":") {
+		return "policy " + msg // the parser named the file already
+	}
+	return fmt.Sprintf("policy %s: %v", e.Path, e.Err)
+}
 func (e *PolicyError) Unwrap() error { return e.Err }
 
 // LoadPolicy reads and parses the policy file cfg names.

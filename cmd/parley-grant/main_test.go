@@ -4,7 +4,6 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"flag"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -41,7 +40,6 @@ func TestScripts(t *testing.T) {
 	for name, cmd := range map[string]func(ts *testscript.TestScript, neg bool, args []string){
 		"mkroot":   cmdMkroot,
 		"bigfile":  cmdBigfile,
-		"filemode": cmdFilemode,
 	} {
 		cmds[name] = cmd
 	}
@@ -51,6 +49,7 @@ func TestScripts(t *testing.T) {
 		UpdateScripts:       *update,
 		Setup:               func(env *testscript.Env) error { return clitest.Setup(env, bin) },
 		Cmds:                cmds,
+		Condition:           clitest.Condition,
 	})
 }
 
@@ -85,19 +84,4 @@ func cmdBigfile(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	b := []byte(args[2] + strings.Repeat("A", n-len(args[2])))
 	ts.Check(os.WriteFile(ts.MkAbs(args[0]), b, 0o600))
-}
-
-// cmdFilemode checks a file's permission bits: filemode FILE MODE (octal).
-func cmdFilemode(ts *testscript.TestScript, neg bool, args []string) {
-	if len(args) != 2 {
-		ts.Fatalf("usage: filemode FILE MODE")
-	}
-	want, err := strconv.ParseUint(args[1], 8, 32)
-	ts.Check(err)
-	fi, err := os.Stat(ts.MkAbs(args[0]))
-	ts.Check(err)
-	got := uint64(fi.Mode().Perm())
-	if (got == want) == neg {
-		ts.Fatalf("%s has mode %s, want %s%s", args[0], fmt.Sprintf("%#o", got), map[bool]string{true: "not ", false: ""}[neg], args[1])
-	}
 }

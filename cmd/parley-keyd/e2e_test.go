@@ -55,12 +55,6 @@ default_exp = "15m"
 channels = ["terminal"]
 `
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testpeer.Cleanup()
-	os.Exit(code)
-}
-
 type ids struct{ uid, gid uint32 }
 
 type e2e struct {

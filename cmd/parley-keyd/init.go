@@ -92,6 +92,12 @@ func runInit(o initOptions) error {
 	if err != nil {
 		return err
 	}
+	if owner != nil && filepath.Clean(o.configDir) == filepath.Clean(o.state) {
+		// Root's configuration in the daemon's own folder would be the
+		// daemon's to change.
+		return usage(errors.New("the configuration cannot be in the state folder when root writes it for the daemon's user"),
+			"write it to its own folder: --config-dir /etc/parley-keyd")
+	}
 	if len(o.agents) == 0 && len(o.approvers) == 0 && os.Geteuid() != 0 {
 		// A single-user set-up: the user who runs init is both agent and
 		// approver, recorded as weak approvals.
@@ -232,10 +238,16 @@ func daemonUser(name, state string) (*user.User, error) {
 func writeConfigFile(path, content string, owner *user.User, o initOptions) error {
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+		// The configuration may live in the state folder (a single-user
+		// set-up), which must be the daemon's alone.
+		mode := os.FileMode(0o750)
+		if filepath.Clean(dir) == filepath.Clean(o.state) {
+			mode = 0o700
+		}
+		if err := os.MkdirAll(dir, mode); err != nil {
 			return configWriteError(err, o)
 		}
-		if err := os.Chmod(dir, 0o750); err != nil {
+		if err := os.Chmod(dir, mode); err != nil {
 			return err
 		}
 		if owner != nil {

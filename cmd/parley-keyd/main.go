@@ -63,6 +63,9 @@ func run(args []string) int {
 
 type usageError struct{ error }
 
+// usage returns err as a usage error (exit code 2) with a hint line.
+func usage(err error, hint string) error { return &exitError{code: exitUsage, err: err, hint: hint} }
+
 // defaultState is the daemon's state folder unless --state or
 // PARLEY_KEYD_STATE says otherwise.
 func defaultState() string {

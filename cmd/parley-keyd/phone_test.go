@@ -183,7 +183,7 @@ func TestCLIPhone(t *testing.T) {
 // phone, then asks for the code the phone shows; a wrong code unpairs.
 func TestCLIPairWaitsForTheCode(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
-	keydCmd(t, "init", "--state", state, "--config-dir", state, "--socket", filepath.Join(state, "s.sock"), "--agent-user", "bot")
+	keydCmd(t, "init", "--state", state, "--config-dir", state, "--socket", filepath.Join(state, "s.sock"), "--agent-user", "nobody")
 	cfgPath := filepath.Join(state, "config.toml")
 	cfg, _ := os.ReadFile(cfgPath)
 	os.WriteFile(cfgPath, bytes.Replace(cfg, []byte(`listen = ""`), []byte(`listen = "192.0.2.1:7450"`), 1), 0o640)

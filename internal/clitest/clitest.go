@@ -27,6 +27,11 @@
 //	                           to its groups
 //	replace FILE OLD NEW       replace the one occurrence of OLD in FILE
 //	envfile VAR FILE           set VAR to FILE's content, trimmed
+//	[!] filemode FILE MODE     check FILE's permission bits (octal)
+//	fileowner FILE USER GROUP  check FILE's owner and group (names)
+//	pick FILE OUT N...         write lines N... of FILE (from 1, in that
+//	                           order) to OUT: a log with one removed, two
+//	                           swapped
 package clitest
 
 import (
@@ -127,13 +132,16 @@ func Setup(env *testscript.Env, bin string) error {
 // Cmds returns the script commands described in the package comment.
 func Cmds() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
 	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
-		"rc":      cmdRC,
-		"keyd":    cmdKeyd,
-		"bg":      cmdBg,
-		"bgwait":  cmdBgwait,
-		"waitfor": cmdWaitfor,
-		"replace": cmdReplace,
-		"envfile": cmdEnvfile,
+		"rc":        cmdRC,
+		"keyd":      cmdKeyd,
+		"bg":        cmdBg,
+		"bgwait":    cmdBgwait,
+		"waitfor":   cmdWaitfor,
+		"replace":   cmdReplace,
+		"envfile":   cmdEnvfile,
+		"filemode":  cmdFilemode,
+		"fileowner": cmdFileowner,
+		"pick":      cmdPick,
 	}
 }
 
@@ -447,4 +455,63 @@ func (d *daemon) close(ts *testscript.TestScript) {
 		d.notify = nil
 	}
 	bgProcs.Delete(ts, daemonName)
+}
+
+// cmdFilemode checks a file's permission bits: filemode FILE MODE (octal).
+func cmdFilemode(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: filemode FILE MODE")
+	}
+	want, err := strconv.ParseUint(args[1], 8, 32)
+	ts.Check(err)
+	fi, err := os.Stat(ts.MkAbs(args[0]))
+	ts.Check(err)
+	got := uint64(fi.Mode().Perm())
+	if (got == want) == neg {
+		ts.Fatalf("%s has mode %s, want %s%s", args[0], fmt.Sprintf("%#o", got), map[bool]string{true: "not ", false: ""}[neg], args[1])
+	}
+}
+
+// cmdFileowner checks a file's owner and group by name: fileowner FILE
+// USER GROUP.
+func cmdFileowner(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: fileowner FILE USER GROUP")
+	}
+	fi, err := os.Stat(ts.MkAbs(args[0]))
+	ts.Check(err)
+	st := fi.Sys().(*syscall.Stat_t)
+	u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10))
+	ts.Check(err)
+	g, err := user.LookupGroupId(strconv.FormatUint(uint64(st.Gid), 10))
+	ts.Check(err)
+	if u.Username != args[1] || g.Name != args[2] {
+		ts.Fatalf("%s belongs to %s:%s, want %s:%s", args[0], u.Username, g.Name, args[1], args[2])
+	}
+}
+
+func cmdPick(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 {
+		ts.Fatalf("usage: pick FILE OUT N...")
+	}
+	lines := strings.SplitAfter(ts.ReadFile(args[0]), "\n")
+	var out strings.Builder
+	for _, a := range args[2:] {
+		n, err := strconv.Atoi(a)
+		if err != nil || n < 1 || n > len(lines) || lines[n-1] == "" {
+			ts.Fatalf("pick: %s has no line %s", args[0], a)
+		}
+		out.WriteString(lines[n-1])
+	}
+	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(out.String()), 0o600))
+}
+
+// Condition answers the scripts' own conditions: [root] holds when the
+// tests run as root.
+func Condition(cond string) (bool, error) {
+	switch cond {
+	case "root":
+		return os.Geteuid() == 0, nil
+	}
+	return false, fmt.Errorf("unknown condition %q", cond)
 }
