@@ -201,6 +201,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 		d.closeLog()
 		return fmt.Errorf("audit log: %w", err)
 	}
+	d.reportHead("start")
 	served := make(chan error, 1)
 	go func() { served <- d.Serve(ln) }()
 	// The socket listens and the start record is written: ready.
@@ -229,6 +230,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 	if _, aerr := d.audit.Append(audit.Record{Kind: audit.KindStop, Message: reason}); aerr != nil {
 		d.logf("stop record not written: %v", aerr)
 	}
+	d.reportHead("stop")
 	d.closeLog()
 	return err
 }

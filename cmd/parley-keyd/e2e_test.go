@@ -683,3 +683,49 @@ func TestE2ESocketActivation(t *testing.T) {
 		t.Fatal("the daemon did not stop")
 	}
 }
+
+// TestE2EConfigUnreadable: a configuration the daemon's user cannot read is
+// told apart from a missing one, and following the hint fixes it.
+func TestE2EConfigUnreadable(t *testing.T) {
+	e := newE2E(t)
+	cfg := filepath.Join(e.etc, "config.toml")
+	os.Chown(cfg, 0, 0)
+	os.Chmod(cfg, 0o600)
+	r := e.try(e.daemon, "parley-keyd", "serve", "--state", e.state)
+	want := fmt.Sprintf("parley-keyd: cannot read the configuration file %s: permission denied\nhint: it must be readable by user parley-keyd: sudo chgrp parley-keyd %s && sudo chmod 0640 %s\n", cfg, cfg, cfg)
+	if r.code != exitFail || !strings.HasSuffix(r.stderr, want) {
+		t.Fatalf("serve with an unreadable configuration: exit %d\n%s\nwant it to end with\n%s", r.code, r.stderr, want)
+	}
+	// Following the hint.
+	if out, err := exec.Command("chgrp", "parley-keyd", cfg).CombinedOutput(); err != nil {
+		t.Fatalf("chgrp: %v %s", err, out)
+	}
+	os.Chmod(cfg, 0o640)
+	e.start()
+}
+
+// TestE2EStatusOfAnInstall runs status as the admin does, as root, against
+// a daemon set up as the README says: the daemon's own user owns the state,
+// root the configuration.
+func TestE2EStatusOfAnInstall(t *testing.T) {
+	e := newE2E(t)
+	e.start()
+	r := e.as(ids{0, 0}, 0, "parley-keyd", "status", "--skip", "units", "--state", e.state)
+	for _, want := range []string{
+		"ok    config  " + filepath.Join(e.etc, "config.toml") + ": 1 agent user, 0 agent groups, 1 approver user, 0 approver groups\n",
+		"ok    state   " + e.state + ": mode 0700, the daemon's user is parley-keyd\n",
+		"ok    key     principal ed25519:",
+		// The e2e socket keeps the daemon's group (the users here share
+		// none), which status flags.
+		"warn  socket  " + e.sock + " belongs to the daemon's own group parley-keyd: agents added to it to connect could read the configuration\n",
+		// root has no role at the daemon: it answers, and that is all.
+		"ok    socket  " + e.sock + " (group parley-keyd, mode 0666): a daemon answers (root may not ask it more)\n",
+		"ok    audit   1 record, head ",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// As the daemon's own user too.
+	e.as(e.daemon, 0, "parley-keyd", "status", "--skip", "units", "--state", e.state)
+}

@@ -90,16 +90,9 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	case err != nil:
 		return withHint(fmt.Errorf("audit log: %w", err), "check it with: parley-keyd audit verify --state "+state)
 	}
-	// The chain head goes to the journal at start and stop: a record cut from
-	// the end of the log is found by comparing with it (docs/audit.md).
-	alog := d.AuditLog()
-	head := alog.Head()
-	logger.Printf("audit log %s: %d records, head %s", alog.Path(), head.Seq, head.Hash)
-	defer func() {
-		head := alog.Head()
-		logger.Printf("audit log at stop: %d records, head %s", head.Seq, head.Hash)
-	}()
-
+	// The chain head goes to the journal and to STATE/audit.head at start
+	// and stop (Daemon.Run): a record cut from the end of the log is found
+	// by comparing with it (docs/audit.md, parley-keyd status).
 	ln, err := d.Listen()
 	var inUse *keyd.InUseError
 	var sg *keyd.SocketGroupError
