@@ -38,8 +38,8 @@ func TestScripts(t *testing.T) {
 	}
 	cmds := clitest.Cmds()
 	for name, cmd := range map[string]func(ts *testscript.TestScript, neg bool, args []string){
-		"mkroot":   cmdMkroot,
-		"bigfile":  cmdBigfile,
+		"mkroot":  cmdMkroot,
+		"bigfile": cmdBigfile,
 	} {
 		cmds[name] = cmd
 	}
