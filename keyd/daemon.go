@@ -17,6 +17,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/peercred"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
@@ -39,6 +40,9 @@ type Options struct {
 	// Audit, when set, is used instead of the log in State: tests give a
 	// sink that fails. The daemon does not close it.
 	Audit AuditSink
+	// Previous are the principal keys rotated out (keystore.Previous):
+	// HELLO lists those whose overlap has not ended, for services to trust.
+	Previous []protocol.PreviousKey
 	// Logf receives operational messages (not audit records). Nil discards.
 	Logf func(format string, args ...any)
 	// Now is the clock; nil means time.Now.
@@ -98,6 +102,7 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.Server = srv
+	srv.previous = o.Previous
 	srv.loadLock(o.State)
 	return d, nil
 }

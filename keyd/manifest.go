@@ -52,6 +52,12 @@ func (c *conn) hello(f *protocol.Frame) (*protocol.Frame, error) {
 	if st, ok := c.s.LockState(); ok {
 		m.Locked = lockView(st)
 	}
+	now := c.s.now().Unix()
+	for _, p := range c.s.previous {
+		if p.Until > now {
+			m.Previous = append(m.Previous, p)
+		}
+	}
 	for _, v := range manifestVerbs {
 		if v.Role == "any" || (v.Role == "agent" && r.Agent) || (v.Role == "approver" && r.Approver) {
 			m.Verbs = append(m.Verbs, v)

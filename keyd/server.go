@@ -55,6 +55,7 @@ type Server struct {
 	queue     *queue
 	limiter   *policies.Limiter
 	lock      lockState
+	previous  []protocol.PreviousKey
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}

@@ -104,3 +104,25 @@ func TestFmtDur(t *testing.T) {
 		}
 	}
 }
+
+func TestLongestGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		want      int64
+	}{
+		{"ok/nothing", "version = 1\n", 0},
+		{"ok/rule-cap", "version = 1\n[[agent]]\nname = \"a\"\nany = true\n[[rule]]\nname = \"r\"\nagents = [\"a\"]\naction = \"auto\"\nmax_exp = \"2h\"\n[[rule]]\nname = \"d\"\nagents = [\"a\"]\naction = \"deny\"\n", 7200},
+		{"ok/no-cap-is-ceiling", "version = 1\n[[agent]]\nname = \"a\"\nany = true\n[[rule]]\nname = \"r\"\nagents = [\"a\"]\naction = \"ask\"\n", Ceiling},
+		{"ok/consent-longer", "version = 1\n[[agent]]\nname = \"a\"\nany = true\n[[rule]]\nname = \"r\"\nagents = [\"a\"]\naction = \"auto\"\nmax_exp = \"1h\"\n[[consent]]\nname = \"c\"\nagents = [\"*\"]\nmax_exp = \"3h\"\n", 10800},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse([]byte(tc.src), "p.toml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.LongestGrant(); got != tc.want {
+				t.Errorf("LongestGrant = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

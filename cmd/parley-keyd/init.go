@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
@@ -351,19 +352,36 @@ func readPassphraseFile(path string) ([]byte, error) {
 
 func newPubkeyCmd() *cobra.Command {
 	var state string
+	var trust bool
 	cmd := &cobra.Command{
-		Use:   "pubkey",
+		Use:   "pubkey [--trust]",
 		Short: "Print the principal's public key",
-		Args:  cobra.NoArgs,
+		Long: `pubkey prints the principal's public key, which services trust. With --trust
+it also prints the keys rotated out whose overlap has not ended, each as
+"KEY until TIME": everything a service should trust now.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pub, err := keystore.PublicKey(state)
 			if err != nil {
 				return withHint(err, "create the key with: parley-keyd init --state "+state)
 			}
 			fmt.Println(grant.FormatPublicKey(pub))
+			if !trust {
+				return nil
+			}
+			prev, err := keystore.Previous(state)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			for _, p := range prev {
+				if p.Until.After(time.Now()) {
+					fmt.Printf("%s until %s\n", p.Key, p.Until.UTC().Format(time.RFC3339))
+				}
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", defaultState(), "state folder")
+	cmd.Flags().BoolVar(&trust, "trust", false, "also print the old keys services still trust, with their time")
 	return cmd
 }

@@ -83,6 +83,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newInitCmd(), newPubkeyCmd(), newServeCmd(), newStatusCmd(), newAuditCmd(), newPolicyCmd(), newDemoCmd(), newPairCmd(), newDevicesCmd(), newGendocsCmd())
+	root.AddCommand(newInitCmd(), newPubkeyCmd(), newServeCmd(), newStatusCmd(), newKeyCmd(), newAuditCmd(), newPolicyCmd(), newDemoCmd(), newPairCmd(), newDevicesCmd(), newGendocsCmd())
 	return root
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log"
 	"os"
 	"os/signal"
@@ -80,7 +81,11 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		logger.Printf("warning: could not lock the key in memory (it may reach swap): %v", err)
 	}
 
-	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, Logf: logger.Printf})
+	previous, err := previousKeys(state)
+	if err != nil {
+		return err
+	}
+	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, Previous: previous, Logf: logger.Printf})
 	var pe *keyd.PolicyError
 	switch {
 	case errors.As(err, &pe):
@@ -128,4 +133,21 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		}
 	}()
 	return d.Run(ctx, ln)
+}
+
+// previousKeys reads the keys rotated out, for HELLO to publish. A damaged
+// list stops the start: services would be told less than they must trust.
+func previousKeys(state string) ([]protocol.PreviousKey, error) {
+	prev, err := keystore.Previous(state)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, withHint(err, "the file lists the keys rotated out as \"ed25519:… until TIME\" lines (docs/key-rotation.md)")
+	}
+	out := make([]protocol.PreviousKey, len(prev))
+	for i, p := range prev {
+		out[i] = protocol.PreviousKey{Key: p.Key, Until: p.Until.Unix()}
+	}
+	return out, nil
 }

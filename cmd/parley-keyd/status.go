@@ -278,6 +278,18 @@ func (d *doctor) checkKey() {
 		how = "encrypted with a passphrase"
 	}
 	d.ok("key", "principal %s, %s", d.principal, how)
+	prev, err := keystore.Previous(d.o.state)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		d.fail("key", "", "%v", err)
+	}
+	for _, p := range prev {
+		if until := p.Until.UTC().Format(time.RFC3339); p.Until.After(time.Now()) {
+			d.ok("key", "rotated out: %s, trusted by services until %s", p.Key, until)
+		} else {
+			d.warn("key", "services drop it from their trusted keys; the next rotation removes it from the list",
+				"rotated out: %s, whose overlap ended at %s", p.Key, until)
+		}
+	}
 }
 
 func (d *doctor) socketPath() string {

@@ -17,6 +17,9 @@ type Manifest struct {
 	// is issued at once or needs approval.
 	May   any            `json:"may,omitempty"`
 	Verbs []ManifestVerb `json:"verbs"`
+	// Previous lists principal keys rotated out that services should still
+	// trust until their time: grants they signed live until then at most.
+	Previous []PreviousKey `json:"previous,omitempty"`
 	// Locked is present while an approver has locked the daemon: every
 	// GRANT, CONSENT and EXPLAIN is refused with "locked" until UNLOCK.
 	Locked *LockView `json:"locked,omitempty"`
@@ -63,4 +66,11 @@ type ManifestVerb struct {
 	Role    string            `json:"role"`
 	Summary string            `json:"summary"`
 	Params  map[string]string `json:"params,omitempty"`
+}
+
+// PreviousKey is a principal key rotated out, trusted until Until (unix
+// seconds).
+type PreviousKey struct {
+	Key   string `json:"key"`
+	Until int64  `json:"until"`
 }
