@@ -17,7 +17,12 @@ func startPhone(srv *keyd.Server, cfg *keyd.Config, state string, logf func(stri
 	if base == "" {
 		return func() {}, nil
 	}
-	p, err := phone.Start(phone.Options{Requests: srv, Listen: cfg.Phone.Listen, URL: base, State: state, Logf: logf})
+	p, err := phone.Start(phone.Options{Requests: srv, Listen: cfg.Phone.Listen, URL: base, State: state, Logf: logf,
+		// The Stop button locks the daemon, recorded as the phone's.
+		Stop: func(device string) error {
+			_, _, err := srv.Lock(keyd.Approval{Approver: "phone:" + device, Channel: "phone"}, "Stop pressed on the phone page")
+			return err
+		}})
 	if err != nil {
 		return nil, err
 	}
