@@ -61,8 +61,11 @@ func (d *Daemon) responsive() bool {
 	d.Server.mu.Lock()
 	closing := d.Server.closing
 	d.Server.mu.Unlock()
+	// Taking the lock is the check: it blocks while a stuck goroutine
+	// holds it.
 	d.queue.mu.Lock()
-	d.queue.mu.Unlock() //nolint:staticcheck // an empty critical section is the check
+	//lint:ignore SA2001 the critical section is empty on purpose
+	d.queue.mu.Unlock()
 	return !closing
 }
 

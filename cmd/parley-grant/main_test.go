@@ -18,10 +18,20 @@ import (
 // scripts: testscript puts it on PATH under that name. parley-keyd, which
 // the daemon-facing scripts need as well, is built by clitest.
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		defer clitest.Cleanup()
-		return testscript.RunMain(m, map[string]func() int{"parley-grant": run})
-	}())
+	testscript.Main(cleanupM{m, clitest.Cleanup}, map[string]func(){
+		"parley-grant": func() { os.Exit(run()) },
+	})
+}
+
+// cleanupM runs the tests, then removes what they built.
+type cleanupM struct {
+	m       *testing.M
+	cleanup func()
+}
+
+func (c cleanupM) Run() int {
+	defer c.cleanup()
+	return c.m.Run()
 }
 
 var update = flag.Bool("update", false, "rewrite the cmp files of testdata/script from the actual output")

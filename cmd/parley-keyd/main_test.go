@@ -14,11 +14,20 @@ import (
 // (testscript puts it on PATH under that name), and removes what the tests
 // built or copied.
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		defer testpeer.Cleanup()
-		defer clitest.Cleanup()
-		return testscript.RunMain(m, map[string]func() int{"parley-keyd": func() int { return run(os.Args[1:]) }})
-	}())
+	testscript.Main(cleanupM{m, func() { clitest.Cleanup(); testpeer.Cleanup() }}, map[string]func(){
+		"parley-keyd": func() { os.Exit(run(os.Args[1:])) },
+	})
+}
+
+// cleanupM runs the tests, then removes what they built or copied.
+type cleanupM struct {
+	m       *testing.M
+	cleanup func()
+}
+
+func (c cleanupM) Run() int {
+	defer c.cleanup()
+	return c.m.Run()
 }
 
 var update = flag.Bool("update", false, "rewrite the cmp files of testdata/script from the actual output")
