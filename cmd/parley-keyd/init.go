@@ -49,14 +49,17 @@ Run as another user, init writes everything as that user: a single-user
 set-up, where that user is the agent and the approver unless the flags say
 otherwise.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return runInit(o) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.socketGroupSet = cmd.Flags().Changed("socket-group")
+			return runInit(o)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.state, "state", defaultState(), "state folder (key, audit log); $PARLEY_KEYD_STATE")
 	f.StringVar(&o.passFile, "passphrase-file", "", "encrypt a new key with the passphrase in this file")
 	f.StringVar(&o.configDir, "config-dir", defaultConfigDir(), "where to write config.toml and policy.toml; $PARLEY_KEYD_CONFIG_DIR")
 	f.StringVar(&o.socket, "socket", "", "socket path to write into the configuration (default "+protocol.DefaultSocket+")")
-	f.StringVar(&o.socketGroup, "socket-group", "", "socket_group to write into the configuration (default parley-agents when that group exists)")
+	f.StringVar(&o.socketGroup, "socket-group", "", "socket_group to write into the configuration (default parley-agents when that group exists; \"\" for none)")
 	f.StringSliceVar(&o.agents, "agent-user", nil, "user whose agents may connect (repeatable; default: you, when not root)")
 	f.StringSliceVar(&o.approvers, "approver-user", nil, "user who approves (repeatable; default: you, when not root)")
 	f.StringVar(&o.user, "user", os.Getenv("PARLEY_KEYD_USER"), "as root: the daemon's user, who will own the key (default: the state folder's owner); $PARLEY_KEYD_USER")
@@ -65,6 +68,7 @@ otherwise.`,
 
 type initOptions struct {
 	state, passFile, configDir, socket, socketGroup, user string
+	socketGroupSet                                        bool // --socket-group given, even as ""
 	agents, approvers                                     []string
 }
 
@@ -82,11 +86,11 @@ func runInit(o initOptions) error {
 			}
 		}
 	}
-	if o.socketGroup == "" {
+	if !o.socketGroupSet {
 		if _, err := user.LookupGroup(defaultSocketGroup); err == nil {
 			o.socketGroup = defaultSocketGroup
 		}
-	} else if _, err := lookupGroupID(o.socketGroup); err != nil {
+	} else if _, err := lookupGroupID(o.socketGroup); o.socketGroup != "" && err != nil {
 		return withHint(err, "create the group first (sudo groupadd --system "+o.socketGroup+"), or name one that exists")
 	}
 	owner, err := daemonUser(o.user, o.state)
