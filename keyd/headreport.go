@@ -25,6 +25,9 @@ type HeadReport struct {
 	Event string `json:"event"` // "start" or "stop"
 	PID   int    `json:"pid"`
 	Time  string `json:"time"` // RFC 3339, UTC
+	// Principal is the key the daemon signs with: status compares it
+	// with the state folder's when it may not ask the daemon itself.
+	Principal string `json:"principal,omitempty"`
 }
 
 // ReadHeadReport reads the head the daemon reported last in state.
@@ -50,7 +53,7 @@ func (d *Daemon) reportHead(event string) {
 		return
 	}
 	h := d.log.Head()
-	r := HeadReport{Seq: h.Seq, Hash: h.Hash, Event: event, PID: os.Getpid(), Time: time.Now().UTC().Format(time.RFC3339)}
+	r := HeadReport{Seq: h.Seq, Hash: h.Hash, Event: event, PID: os.Getpid(), Time: time.Now().UTC().Format(time.RFC3339), Principal: d.principal}
 	d.logf("audit log head at %s: %d records, head %s", event, h.Seq, h.Hash)
 	b, _ := json.Marshal(r)
 	if err := writeFileDurably(filepath.Join(d.opts.State, HeadReportFile), append(b, '\n'), 0o600); err != nil {

@@ -729,3 +729,28 @@ func TestE2EStatusOfAnInstall(t *testing.T) {
 	// As the daemon's own user too.
 	e.as(e.daemon, 0, "parley-keyd", "status", "--skip", "units", "--state", e.state)
 }
+
+// TestE2EStatusAfterRotation: root, to whom the daemon says nothing, is
+// still told that the running daemon signs with a key rotated out, from
+// what the daemon reported at its start.
+func TestE2EStatusAfterRotation(t *testing.T) {
+	e := newE2E(t)
+	e.start()
+	old := strings.TrimSpace(e.as(ids{0, 0}, 0, "parley-keyd", "pubkey", "--state", e.state).stdout)
+	e.as(ids{0, 0}, 0, "parley-keyd", "key", "rotate", "--overlap", "2h", "--state", e.state)
+	// As root, the rotation acted as the state folder's owner.
+	fi, err := os.Stat(filepath.Join(e.state, keystore.KeyFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, _ := ownerOf(fi); uid != e.daemon.uid {
+		t.Errorf("the rotated key belongs to uid %d, not to the daemon's user", uid)
+	}
+	r := e.as(ids{0, 0}, 1, "parley-keyd", "status", "--skip", "units", "--state", e.state)
+	if !strings.Contains(r.stdout, "fail  socket  the daemon on "+e.sock+" reported at its start that it signs as "+old) {
+		t.Errorf("status after a rotation without a restart:\n%s", r.stdout)
+	}
+	e.stop(syscall.SIGTERM)
+	e.start()
+	e.as(ids{0, 0}, 0, "parley-keyd", "status", "--skip", "units", "--state", e.state)
+}

@@ -330,8 +330,14 @@ func (d *doctor) checkSocket() {
 		return
 	case refusal != nil:
 		// Whoever runs status (root, say) has no role here: the daemon
-		// answers, and that is all it tells a stranger.
+		// answers, and that is all it tells a stranger. Which key it
+		// signs with, it reported at its start.
 		d.answered = true
+		if rep, _, err := lastReportedHead(d.o.state); err == nil && rep.Event == "start" && rep.Principal != "" && d.principal != "" && rep.Principal != d.principal {
+			d.fail("socket", "restart the daemon to sign with the key in the state folder: sudo systemctl restart parley-keyd",
+				"the daemon on %s reported at its start that it signs as %s, but %s holds %s", path, rep.Principal, d.o.state, d.principal)
+			return
+		}
 		d.ok("socket", "%s (group %s, mode %04o): a daemon answers (%s may not ask it more)", path, group, fi.Mode().Perm(), currentUserName())
 		return
 	}
