@@ -47,6 +47,10 @@ func newStatusCmd() *cobra.Command {
 func printStatus(m *protocol.Manifest) {
 	fmt.Printf("parley-keyd %s answers at %s\n", m.Version, protocol.SocketPath(socketFlag))
 	fmt.Printf("principal: %s\n", m.Principal)
+	for _, p := range m.Previous {
+		// A rotation's old key: services trust it until then.
+		fmt.Printf("rotated out, still trusted until %s: %s\n", time.Unix(p.Until, 0).UTC().Format(time.RFC3339), grant.SafeText(p.Key, 60))
+	}
 	who := fmt.Sprintf("you: %s (uid %d) as %s", m.Caller.User, m.Caller.UID, strings.Join(m.Caller.Roles, " and "))
 	if m.Caller.Agent != "" {
 		who += fmt.Sprintf(", agent %q", m.Caller.Agent)
