@@ -69,6 +69,7 @@ func currentUser() string {
 func permissionHint(path string) string {
 	who := currentUser()
 	group, gid, mode := "parley-agents", uint32(1), os.FileMode(0o660)
+	ownGroup := false
 	if fi, err := os.Stat(path); err == nil {
 		mode = fi.Mode().Perm()
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -77,10 +78,17 @@ func permissionHint(path string) string {
 			if g, err := user.LookupGroupId(group); err == nil {
 				group = g.Name
 			}
+			if u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10)); err == nil && st.Uid != 0 && u.Gid == strconv.FormatUint(uint64(gid), 10) {
+				ownGroup = true
+			}
 		}
 	}
 	join := fmt.Sprintf("sudo usermod -aG %s %s, then log in again (or run: newgrp %s)", group, who, group)
 	switch {
+	case ownGroup:
+		// Never suggest joining the daemon's own group: it can read the
+		// daemon's configuration.
+		return fmt.Sprintf("the socket's group is the daemon's own group %s, which can read its configuration: an admin sets socket_group = \"parley-agents\" in parley-keyd's config.toml (SocketGroup= in parley-keyd.socket under systemd), restarts it, and runs: sudo usermod -aG parley-agents %s, then you log in again", group, who)
 	case gid == 0:
 		// Never suggest joining root's group: the socket needs a group of
 		// its own.

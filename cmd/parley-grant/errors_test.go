@@ -42,22 +42,28 @@ func TestErrorSocketPermission(t *testing.T) {
 	bin := filepath.Join(shared, "parley-grant")
 	copyExecutable(t, cliBinary(t), bin)
 
+	humanUID, _ := testpeer.EnsureUser(t, "parley-test-human")
 	cases := []struct {
 		name string
+		uid  int
 		gid  int
 		mode os.FileMode
 		hint string
 	}{
-		{"fail/owner-only-root-group", 0, 0o600,
+		// The daemon's own group can read its configuration: never the
+		// group to join.
+		{"fail/daemons-own-group", int(humanUID), int(humanGID), 0o660,
+			`the socket's group is the daemon's own group parley-test-human, which can read its configuration: an admin sets socket_group = "parley-agents" in parley-keyd's config\.toml \(SocketGroup= in parley-keyd\.socket under systemd\), restarts it, and runs: sudo usermod -aG parley-agents parley-test-agent, then you log in again`},
+		{"fail/owner-only-root-group", 0, 0, 0o600,
 			`the socket's group is root: an admin gives it the group parley-agents \(SocketGroup= in parley-keyd\.socket\) and runs: sudo usermod -aG parley-agents parley-test-agent, then you log in again`},
-		{"fail/not-in-group", int(humanGID), 0o660,
+		{"fail/not-in-group", 0, int(humanGID), 0o660,
 			`ask an admin to run: sudo usermod -aG parley-test-human parley-test-agent, then log in again \(or run: newgrp parley-test-human\)`},
-		{"fail/group-may-not-write", int(humanGID), 0o640,
+		{"fail/group-may-not-write", 0, int(humanGID), 0o640,
 			`the socket is mode 0640, so only its owner may connect: an admin sets socket_mode = "0660" in parley-keyd's config\.toml, restarts it, and runs: sudo usermod -aG parley-test-human parley-test-agent, then log in again \(or run: newgrp parley-test-human\)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := os.Chown(sock, 0, tc.gid); err != nil {
+			if err := os.Chown(sock, tc.uid, tc.gid); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.Chmod(sock, tc.mode); err != nil {
