@@ -480,8 +480,13 @@ func TestE2EAuditDiskFull(t *testing.T) {
 func TestE2EReloadAndTerm(t *testing.T) {
 	e := newE2E(t)
 	e.start()
+	// explain exits as issue would: 0 where a rule issues, 4 where one refuses.
 	explain := func() string {
-		return e.as(e.agent, 0, "parley-grant", "explain", "--key", e.agentK, "--svc", "cal.example", "--can", "calendar.find").stdout
+		r := e.try(e.agent, "parley-grant", "explain", "--key", e.agentK, "--svc", "cal.example", "--can", "calendar.find")
+		if want := map[bool]int{true: 4, false: 0}[strings.HasPrefix(r.stdout, "refused")]; r.code != want {
+			t.Fatalf("explain: exit %d, want %d\n%s%s", r.code, want, r.stdout, r.stderr)
+		}
+		return r.stdout
 	}
 	if out := explain(); !strings.Contains(out, `rule "calendar-auto" would issue at once`) {
 		t.Fatalf("explain = %q", out)
