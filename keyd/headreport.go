@@ -54,7 +54,7 @@ func (d *Daemon) reportHead(event string) {
 	}
 	h := d.log.Head()
 	r := HeadReport{Seq: h.Seq, Hash: h.Hash, Event: event, PID: os.Getpid(), Time: time.Now().UTC().Format(time.RFC3339), Principal: d.principal}
-	d.logf("audit log head at %s: %d records, head %s", event, h.Seq, h.Hash)
+	d.logf("audit log head at %s: record %d, hash %s", event, h.Seq, h.Hash)
 	b, _ := json.Marshal(r)
 	if err := writeFileDurably(filepath.Join(d.opts.State, HeadReportFile), append(b, '\n'), 0o600); err != nil {
 		d.logf("could not write %s: %v", HeadReportFile, err)
