@@ -1,8 +1,10 @@
 # parley-keyd build, test and install.
 #   make build     binaries into ./bin
-#   make test      every test, with the race detector, plus gofmt, vet and staticcheck
+#   make test      gofmt, vet, staticcheck, then every test with the race detector;
+#                  prints failures, skipped tests and a count
 #   make demo      the quickstart: a daemon on ./demo-state, terminal approval
 #   make install   binaries, systemd units, sysusers/tmpfiles, man pages, completions (DESTDIR, PREFIX)
+#   make uninstall removes what install put; keeps the state, the configuration and the user
 #   make bench     parley-keyd against ssh-agent, in one run
 #   make fuzz      every fuzz target for FUZZEXECS executions (default 200000)
 
@@ -21,18 +23,32 @@ ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build test lint unit demo install install-docs docs bench fuzz clean
+.PHONY: build test lint unit demo install install-docs uninstall docs bench fuzz clean
+
+# The binaries carry the VCS revision they were built from (--version):
+# the go tool stamps it when git can read this tree. A GOFLAGS of
+# -buildvcs=false does not apply to these builds; BUILDVCS=false does. Root
+# may not read a clone that another user owns (git's safe.directory), as in
+# sudo make install after make build: this tree, and only for this build,
+# is declared safe, since running its Makefile as root trusts it anyway.
+BUILDVCS ?= $(shell command -v git >/dev/null 2>&1 && echo auto || echo false)
+GOBUILD   = GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0="$(CURDIR)" $(GO) build -buildvcs=$(BUILDVCS)
 
 build:
-	$(GO) build -o bin/ ./cmd/parley-keyd ./cmd/parley-grant
+	$(GOBUILD) -o bin/ ./cmd/parley-keyd ./cmd/parley-grant
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(STATICCHECK) ./...
+	@$(GO) vet ./...
+	@$(STATICCHECK) ./...
 
+# Every test with the race detector, through internal/testsummary: failures
+# in full as they come, then one line per skipped test with the peer it
+# lacked, and a count; nothing else. The exit status is go test's. (Built,
+# not go run, which would turn every status into 1.)
 unit:
-	$(GO) test -race -count=1 ./...
+	@$(GO) build -o bin/testsummary ./internal/testsummary
+	@bin/testsummary -race -count=1 ./...
 
 test: lint unit
 
@@ -64,16 +80,26 @@ fuzz:
 	  done; \
 	done
 
-# Man pages and bash, zsh and fish completions, generated from the commands.
+# Man pages and bash, zsh and fish completions, generated from the commands
+# (and, for the file formats in section 5, from cmd/parley-keyd/man).
 # Set SOURCE_DATE_EPOCH for reproducible dates in the pages.
 docs: build
 	rm -rf bin/docs
 	bin/parley-grant gendocs --dir bin/docs
 	bin/parley-keyd gendocs --dir bin/docs
 
+# What make install puts in place, and make uninstall removes, besides the
+# man pages by the names gendocs wrote into bin/docs.
+COMPLETIONS = $(BASHCOMPDIR)/parley-grant $(BASHCOMPDIR)/parley-keyd $(ZSHCOMPDIR)/_parley-grant $(ZSHCOMPDIR)/_parley-keyd \
+              $(FISHCOMPDIR)/parley-grant.fish $(FISHCOMPDIR)/parley-keyd.fish
+INSTALLED   = $(BINDIR)/parley-keyd $(BINDIR)/parley-grant \
+              $(UNITDIR)/parley-keyd.service $(UNITDIR)/parley-keyd.socket $(USERUNITDIR)/parley-grant-approver.service \
+              $(SYSUSERSDIR)/parley-keyd.conf $(TMPFILESDIR)/parley-keyd.conf
+
 install-docs: docs
-	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 0644 bin/docs/man/man1/*.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 bin/docs/man/man5/*.5 $(DESTDIR)$(MANDIR)/man5/
 	install -m 0644 bin/docs/man/man8/*.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 0644 bin/docs/completion/bash/parley-grant bin/docs/completion/bash/parley-keyd $(DESTDIR)$(BASHCOMPDIR)/
 	install -m 0644 bin/docs/completion/zsh/_parley-grant bin/docs/completion/zsh/_parley-keyd $(DESTDIR)$(ZSHCOMPDIR)/
@@ -92,7 +118,23 @@ install: build install-docs
 	  elif ! getent passwd parley-keyd >/dev/null; then \
 	    getent group parley-agents >/dev/null || groupadd --system parley-agents; \
 	    useradd --system --home-dir /var/lib/parley-keyd --no-create-home --shell /usr/sbin/nologin parley-keyd; fi; \
+	  home=$$(getent passwd parley-keyd | cut -d: -f6); \
+	  if [ -n "$$home" ] && [ "$$home" != /var/lib/parley-keyd ]; then \
+	    echo "warning: the user parley-keyd existed already, with home $$home rather than /var/lib/parley-keyd;" >&2; \
+	    echo "hint: check that it is this daemon's user, then: usermod --home /var/lib/parley-keyd parley-keyd" >&2; fi; \
 	fi
+
+# Removes exactly what install put in place. It keeps what the daemon made
+# and what an admin may have edited or still needs, and says so.
+uninstall: docs
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED) $(COMPLETIONS))
+	cd bin/docs/man && for page in man*/*.[158]; do rm -f "$(DESTDIR)$(MANDIR)/$$page"; done
+	@echo "make uninstall kept, for you to remove if you mean to:"
+	@echo "  /var/lib/parley-keyd  the state folder: the principal key, the audit log, the paired phones"
+	@echo "  $(CONFDIR)  the configuration and policy"
+	@echo "  the user parley-keyd and the group parley-agents (userdel parley-keyd; groupdel parley-agents)"
+	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null 2>&1; then \
+	  echo "Stop the daemon if it still runs: systemctl disable --now parley-keyd.socket parley-keyd.service; systemctl daemon-reload"; fi
 
 clean:
 	rm -rf bin

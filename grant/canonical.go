@@ -253,7 +253,7 @@ func parseIntText(s string) (int64, error) {
 }
 
 // validNumber reports whether s matches the JSON number grammar.
-func validNumber(s string) bool {
+func validNumber[T string | []byte](s T) bool {
 	i := 0
 	if i < len(s) && s[i] == '-' {
 		i++

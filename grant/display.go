@@ -2,6 +2,8 @@ package grant
 
 import (
 	"encoding/json"
+	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -59,6 +61,59 @@ func DisplayProposal(p json.RawMessage, maxField int) (string, error) {
 	}
 	// Belt and braces: every field is already neutralized above.
 	return SafeLines(out, 0), nil
+}
+
+// Display is DisplayProposal of the part of p that its hash covers (§5.1:
+// everything but "hash" and "data"), rendered from the parse that
+// ParseProposal made, so that what the human is shown is what the hash
+// and the policy saw. "data" is left out because it is not covered: an
+// agent could put words of its own there ("this is a refund"). It returns
+// an error for a Proposal that ParseProposal did not return.
+func (p *Proposal) Display(maxField int) (string, error) {
+	if p.shown == nil {
+		return "", errors.New("display: the proposal was not read by ParseProposal")
+	}
+	n := lensNodeOf(p.shown)
+	w := lensWriter{hook: lensSafeField(maxField)}
+	attrs := w.attributes(&n)
+	w.proposal(&n, attrs[:])
+	// Belt and braces: every field is already neutralized above.
+	return SafeLines(w.b.String(), 0), nil
+}
+
+// lensNodeOf returns a value this package parsed (nil, bool, string,
+// json.Number, map[string]any, []any) as a Lens node, with object members
+// in code point order, as canonical JSON (§10) would hold them.
+func lensNodeOf(v any) lensNode {
+	switch v := v.(type) {
+	case bool:
+		return lensNode{kind: lnBool, b: v}
+	case string:
+		return lensNode{kind: lnString, str: v}
+	case json.Number:
+		// As lensDecode reads a number: the nearest float64, ±Inf when
+		// out of range.
+		f, _ := strconv.ParseFloat(string(v), 64)
+		return lensNode{kind: lnNumber, num: f}
+	case []any:
+		n := lensNode{kind: lnArray, arr: make([]lensNode, len(v))}
+		for i, e := range v {
+			n.arr[i] = lensNodeOf(e)
+		}
+		return n
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		n := lensNode{kind: lnObject, obj: make([]lensMember, len(keys))}
+		for i, k := range keys {
+			n.obj[i] = lensMember{key: k, val: lensNodeOf(v[k])}
+		}
+		return n
+	}
+	return lensNode{kind: lnNull}
 }
 
 // DisplayReply is DisplayProposal for a whole reply frame: LensReply's

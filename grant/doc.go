@@ -8,13 +8,36 @@
 // no global state. Signing goes through crypto.Signer, so a principal key
 // can live in a key service.
 //
+// Ed25519 signatures are deterministic, so a signature computed with a fault
+// can give the key away. Issue and IssueConsent therefore verify every
+// signature of the principal before a grant leaves, and every signer other
+// than an in-process ed25519.PrivateKey (an HSM, a key service) has each
+// signature verified against its key. Only a holder's own in-process key
+// signs its proofs and delegations unchecked: a bad one fails where it is
+// verified.
+//
 // # Keys
 //
 // Public keys are written "ed25519:" + b64url of the 32 raw bytes (§6.1);
 // ParsePublicKey accepts exactly one spelling of each key, so keys compare
-// as strings. Agent keys are stored in the key file format of
+// as strings. Every key that enters this package (a holder, a delegation's
+// sub, an issuer, a proof key, a signer's key, a key file's) passes
+// CheckPublicKey: the canonical encoding of a point, and not one of the
+// eight points of small order, for which anyone can make a signature
+// without a private key (a grant held by one would be usable by everyone
+// who sees it). Agent keys are stored in the key file format of
 // docs/key-file.md (MarshalKeyFile, ParseKeyFile); the permission checks on
 // such a file live outside this package.
+//
+// # Strict JSON
+//
+// DecodeStrict is the one reading of JSON that an agent or a service wrote:
+// names match struct fields exactly, a name that differs from a field's
+// only in case is an error, duplicate names are refused at any depth, and
+// invalid UTF-8 and trailing data are refused. Parsers that fold case or
+// keep the last of two names would otherwise read another document than
+// the one that was hashed, decided on and shown. Errors are *JSONError,
+// naming the member at fault.
 //
 // # Canonical JSON
 //
@@ -47,13 +70,29 @@
 // checks the proof of possession with VerifyProof and reserves spend
 // against Result.SpendBlocks.
 //
+// A service sees the same grant on every request of an agent. A BlockCache
+// in Context.Cache remembers the block signatures already checked, keyed by
+// the signer's key, the exact signed bytes and the signature, so that such a
+// grant costs microseconds instead of one Ed25519 verification per block;
+// expiry, trust, the holder and every caveat are still checked on each call.
+//
 // # Proofs and consent
 //
 // MakeProof and VerifyProof implement §6.5 with its ±300 s window.
-// ProposalHash computes the hash of §5.1, and CheckConsent is the check a
-// consent request must pass before it is ever shown to a human: the
-// proposal the agent received hashes to the consent's hash and matches its
-// id, service and capability, and has not expired.
+// ParseProposal reads a proposal once, strictly, and computes its hash of
+// §5.1 from that reading (ContentHash); its fields, its hash and its
+// Display all come from that one parse. CheckConsent is the check a consent
+// request must pass before it is ever shown to a human: the parsed proposal
+// the agent received hashes to the consent's hash and matches its id,
+// service and capability, and has not expired.
+//
+// # What caveats mean
+//
+// This package alone says what a caveat means. ParseRequest checks the
+// caveats of a request for a new grant (kinds, values, repeats, verbs,
+// patterns, times, money) with typed errors; ParleyVerbs lists the verbs of
+// §4; Token.Allowance says what a chain already allows and
+// Allowance.Narrowing whether a new caveat would narrow it.
 //
 // # Lens and display
 //

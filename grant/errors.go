@@ -7,8 +7,8 @@ import "errors"
 type Code string
 
 // The codes that this package returns. Verify uses only CodeUnauthorized,
-// CodeForbidden, CodeConsentRequired and CodeBadInput; CheckConsent uses
-// CodeConflict, CodeExpired and CodeBadInput.
+// CodeForbidden, CodeConsentRequired and CodeInvalidParams; CheckConsent uses
+// CodeConflict, CodeExpired and CodeInvalidParams.
 const (
 	// CodeUnauthorized: a missing or invalid grant or proof (§7).
 	CodeUnauthorized Code = "unauthorized"
@@ -18,8 +18,10 @@ const (
 	// CodeConsentRequired: a COMMIT that a grant would authorize but for a
 	// per, spend or risk caveat (§6.6).
 	CodeConsentRequired Code = "consent_required"
-	// CodeBadInput: malformed input from the caller, outside verification.
-	CodeBadInput Code = "invalid_params"
+	// CodeInvalidParams: malformed input from the caller, outside
+	// verification (§7 invalid_params). It is the one Go name of that
+	// code: the daemon's ERROR frames carry the same constant.
+	CodeInvalidParams Code = "invalid_params"
 	// CodeConflict: a consent request or hash that does not match the
 	// proposal it names (§4.4, §6.6).
 	CodeConflict Code = "conflict"

@@ -95,6 +95,8 @@ func TestKeyFile(t *testing.T) {
 		{"fail/comments-only", "# parley agent key\n"},
 		{"fail/two-keys", keyLine + "\n" + keyLine + "\n"},
 		{"fail/wrong-public-comment", "# public key: " + principalPub + "\n" + keyLine + "\n"},
+		{"fail/two-public-comments", "# public key: ed25519:gTl3Dqh9F19Wo1Rmw0x-zMuNipG07jeiXfYPW4_Js5Q\n# public key: ed25519:gTl3Dqh9F19Wo1Rmw0x-zMuNipG07jeiXfYPW4_Js5Q\n" + keyLine + "\n"},
+		{"fail/small-order-public-comment", "# public key: ed25519:AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n" + keyLine + "\n"},
 		{"fail/unknown-line", keyLine + "\nsomething else\n"},
 		{"fail/other-version", "PARLEY-AGENT-KEY-2 AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI\n"},
 		{"fail/short-seed", "PARLEY-AGENT-KEY-1 AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAg\n"},

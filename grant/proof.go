@@ -68,7 +68,7 @@ func MakeProof(holder crypto.Signer, aud, verb, target string, ts int64) (Proof,
 	if ts > MaxSafeInt || ts < -MaxSafeInt {
 		return Proof{}, fmt.Errorf("proof: ts: %w", errIntRange)
 	}
-	sig, err := sign(holder, ProofMessage(aud, verb, target, ts))
+	sig, err := signHolder(holder, ProofMessage(aud, verb, target, ts))
 	if err != nil {
 		return Proof{}, fmt.Errorf("proof: %w", err)
 	}

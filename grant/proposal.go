@@ -1,15 +1,23 @@
 package grant
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
-// Proposal is a service's plan in answer to an INTENT (§5.1). Unknown
-// fields are ignored (§2.1), but they are covered by the hash.
+// Proposal is a service's plan in answer to an INTENT (§5.1), as
+// ParseProposal read it. Unknown fields are ignored (§2.1), but they are
+// covered by the hash.
+//
+// A Proposal from ParseProposal also keeps what its hash covers and the
+// hash itself, computed once from the same parse as every field: so the
+// hash a consent is checked against, the facts a policy decides on and the
+// lines a human is shown cannot come from different readings of the bytes
+// (DESIGN.md property 9). Changing a field afterwards changes neither.
 type Proposal struct {
 	ID         string          `json:"id"`
 	Capability string          `json:"capability"`
@@ -21,6 +29,10 @@ type Proposal struct {
 	Expires    int64           `json:"expires"`
 	Hash       string          `json:"hash,omitempty"`
 	Data       json.RawMessage `json:"data,omitempty"`
+
+	hashed []byte         // canonical(proposal without hash and data) (§5.1)
+	shown  map[string]any // the same, as parsed, for the display
+	hash   string         // b64url(sha256(hashed))
 }
 
 // Effect is one principal-observable change a commit will cause (§5.1).
@@ -39,34 +51,94 @@ type Undo struct {
 	Window int64 `json:"window"`
 }
 
+// The member names of a proposal and its parts (§5.1), which a member name
+// may not resemble in another case.
+var (
+	proposalNames = []string{"id", "capability", "summary", "effects", "cost", "risk", "undo", "expires", "hash", "data"}
+	effectNames   = []string{"op", "target", "field", "from", "to", "detail"}
+	moneyNames    = []string{"amount", "currency"}
+	undoNames     = []string{"window"}
+)
+
 // The effect ops of §5.1.
 var effectOps = map[string]bool{
 	"create": true, "update": true, "delete": true, "send": true, "charge": true, "other": true,
 }
 
-// Facts returns what caveats look at in p, for Context.Proposal. Hash is the
-// proposal's hash field; compute it with ProposalHash when it is not trusted.
+// Facts returns what caveats look at in p, for Context.Proposal. Hash is
+// the hash ParseProposal computed from p's content; for a Proposal made
+// otherwise, it is p's own hash field, which is only as good as whoever
+// wrote it.
 func (p *Proposal) Facts() *ProposalFacts {
-	return &ProposalFacts{Hash: p.Hash, Cost: p.Cost, Risk: p.Risk}
+	h := p.hash
+	if h == "" {
+		h = p.Hash
+	}
+	return &ProposalFacts{Hash: h, Cost: p.Cost, Risk: p.Risk}
 }
+
+// ContentHash returns the hash of §5.1 that ParseProposal computed from the
+// proposal's content: b64url(sha256(HashedBytes())). It is "" for a
+// Proposal that ParseProposal did not return.
+func (p *Proposal) ContentHash() string { return p.hash }
+
+// HashedBytes returns canonical(proposal without "hash" and "data") (§5.1,
+// §10): exactly the bytes ContentHash covers. It is nil for a Proposal that
+// ParseProposal did not return.
+func (p *Proposal) HashedBytes() []byte { return append([]byte(nil), p.hashed...) }
 
 // ProposalHash returns b64url(sha256(canonical(proposal without "hash" and
-// "data"))) for a proposal given as JSON (§5.1). It refuses a proposal that
-// is not an object, has duplicate keys, or has a non-integer number outside
-// data.
+// "data"))) for a proposal given as JSON (§5.1). It reads raw as
+// ParseProposal does but checks only what the hash needs: one JSON object,
+// no duplicate names, valid UTF-8, and no non-integer number outside data.
 func ProposalHash(raw []byte) (string, error) {
-	v, err := parseJSON(raw)
+	m, _, err := parseProposalObject(raw)
 	if err != nil {
-		return "", fmt.Errorf("proposal: %w", err)
+		return "", err
 	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return "", errors.New("proposal: not an object")
-	}
-	return hashProposalMap(m)
+	_, h, err := hashProposalMap(m)
+	return h, err
 }
 
-func hashProposalMap(m map[string]any) (string, error) {
+// parseProposalObject reads a proposal with DecodeStrict's rules into a
+// map of parsed values, and returns the exact bytes of its data member.
+func parseProposalObject(raw []byte) (map[string]any, []byte, error) {
+	d := &strictDecoder{jsonParser: jsonParser{b: raw}}
+	d.ws()
+	if d.i >= len(d.b) || d.b[d.i] != '{' {
+		if _, err := d.anyValue(0, false); err != nil {
+			return nil, nil, fmt.Errorf("proposal: %w", err)
+		}
+		return nil, nil, errors.New("proposal: not an object")
+	}
+	m := map[string]any{}
+	var data []byte
+	err := d.members(func(name []byte, _ int) error {
+		start := d.i
+		d.enter(name)
+		x, err := d.anyValue(1, true)
+		d.leave()
+		if string(name) == "data" {
+			data = append([]byte(nil), raw[start:d.i]...)
+		}
+		m[string(name)] = x
+		return err
+	})
+	if err == nil {
+		d.ws()
+		if d.i != len(d.b) {
+			err = d.fail(errors.New("data after the JSON value"))
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("proposal: %w", err)
+	}
+	return m, data, nil
+}
+
+// hashProposalMap returns canonical(m without hash and data), the same as
+// a map, and its hash (§5.1).
+func hashProposalMap(m map[string]any) ([]byte, string, error) {
 	rest := make(map[string]any, len(m))
 	for k, v := range m {
 		if k != "hash" && k != "data" {
@@ -75,41 +147,133 @@ func hashProposalMap(m map[string]any) (string, error) {
 	}
 	c, err := Canonical(rest)
 	if err != nil {
-		return "", fmt.Errorf("proposal: %w", err)
+		return nil, "", fmt.Errorf("proposal: %w", err)
 	}
 	sum := sha256.Sum256(c)
-	return b64.EncodeToString(sum[:]), nil
+	return c, b64.EncodeToString(sum[:]), nil
 }
 
-// ParseProposal parses and checks the shape of a proposal (§5.1): id and
-// capability non-empty strings; summary a string; effects a list whose ops
-// are create, update, delete, send, charge or other, with string target,
-// field and detail and scalar from and to; cost null or {amount: int,
-// currency: string}; risk low, medium or high; undo null or {window: int ≥
-// 0}; expires an integer; and no non-integer number anywhere but in data,
-// so that the proposal can be hashed.
+// ParseProposal reads a proposal (§5.1) once, by DecodeStrict's rules, and
+// checks its shape: id and capability non-empty strings; summary a string;
+// effects a list whose ops are create, update, delete, send, charge or
+// other, with string target, field and detail and scalar from and to; cost
+// null or {amount: int, currency: string}; risk low, medium or high; undo
+// null or {window: int ≥ 0}; expires an integer; and no non-integer number
+// anywhere but in data, so that the proposal can be hashed. A member whose
+// name differs from one of these only in case ("Cost" beside "cost") is an
+// ErrNameCase error: a reader that folds case would see another proposal.
+// Other unknown members are kept for the hash only.
+//
+// From that one parse it computes the hash (ContentHash) and keeps the
+// bytes the hash covers (HashedBytes) and what Display shows.
 func ParseProposal(raw []byte) (*Proposal, error) {
-	v, err := parseJSON(raw)
+	m, data, err := parseProposalObject(raw)
 	if err != nil {
-		return nil, fmt.Errorf("proposal: %w", err)
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, errors.New("proposal: not an object")
-	}
-	if _, err := hashProposalMap(m); err != nil {
 		return nil, err
+	}
+	if err := checkProposalNames(m); err != nil {
+		return nil, fmt.Errorf("proposal: %w", err)
 	}
 	if err := checkProposalShape(m); err != nil {
 		return nil, fmt.Errorf("proposal: %w", err)
 	}
-	var p Proposal
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&p); err != nil {
-		return nil, fmt.Errorf("proposal: %w", err)
+	hashed, h, err := hashProposalMap(m)
+	if err != nil {
+		return nil, err
 	}
-	return &p, nil
+	p := proposalFromMap(m)
+	p.Data = data
+	p.hashed, p.hash = hashed, h
+	p.shown = make(map[string]any, len(m))
+	for k, v := range m {
+		if k != "hash" && k != "data" {
+			p.shown[k] = v
+		}
+	}
+	return p, nil
+}
+
+// checkProposalNames refuses a member name that differs from a name of
+// §5.1 only in case, at the top level and in effects, cost and undo.
+func checkProposalNames(m map[string]any) error {
+	if err := exactNames(m, proposalNames, ""); err != nil {
+		return err
+	}
+	if effects, ok := m["effects"].([]any); ok {
+		for i, e := range effects {
+			if em, ok := e.(map[string]any); ok {
+				if err := exactNames(em, effectNames, fmt.Sprintf("effects[%d]", i)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if c, ok := m["cost"].(map[string]any); ok {
+		if err := exactNames(c, moneyNames, "cost"); err != nil {
+			return err
+		}
+	}
+	if u, ok := m["undo"].(map[string]any); ok {
+		if err := exactNames(u, undoNames, "undo"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// exactNames returns an ErrNameCase error for the first name of m, in code
+// point order, that is not in known but differs from one of them only in
+// case.
+func exactNames(m map[string]any, known []string, path string) error {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if slices.Contains(known, k) {
+			continue
+		}
+		for _, kn := range known {
+			if foldName(k) == foldName(kn) || strings.EqualFold(k, kn) {
+				return &JSONError{Path: path, Name: k, Known: kn, Err: ErrNameCase}
+			}
+		}
+	}
+	return nil
+}
+
+// proposalFromMap fills a Proposal from a map that checkProposalShape
+// accepted.
+func proposalFromMap(m map[string]any) *Proposal {
+	p := &Proposal{
+		ID:         m["id"].(string),
+		Capability: m["capability"].(string),
+		Summary:    m["summary"].(string),
+		Risk:       m["risk"].(string),
+	}
+	p.Expires, _ = intField(m, "expires")
+	p.Hash, _ = m["hash"].(string)
+	effects := m["effects"].([]any)
+	p.Effects = make([]Effect, len(effects))
+	for i, e := range effects {
+		em := e.(map[string]any)
+		ef := &p.Effects[i]
+		ef.Op, _ = em["op"].(string)
+		ef.Target, _ = em["target"].(string)
+		ef.Field, _ = em["field"].(string)
+		ef.Detail, _ = em["detail"].(string)
+		ef.From, ef.To = em["from"], em["to"]
+	}
+	if c, ok := m["cost"].(map[string]any); ok {
+		amount, _ := intField(c, "amount")
+		p.Cost = &Money{Amount: amount, Currency: c["currency"].(string)}
+	}
+	if u, ok := m["undo"].(map[string]any); ok {
+		w, _ := intField(u, "window")
+		p.Undo = &Undo{Window: w}
+	}
+	return p
 }
 
 func checkProposalShape(m map[string]any) error {
@@ -211,40 +375,36 @@ func intField(m map[string]any, k string) (int64, error) {
 }
 
 // CheckConsent is the check a consent request must pass before it is shown
-// to a human (§6.6): proposalRaw is the proposal the agent received from
-// service. It returns the parsed proposal when c's hash equals the
-// recomputed hash of the proposal (and the proposal's own hash field, if
-// any), c names the proposal's id, service and capability, the proposal has
-// not expired at now, and c does not outlive it. Errors are *Error:
-// invalid_params for a malformed proposal, conflict for a mismatch,
-// expired for a proposal or request past its expiry.
-func CheckConsent(c ConsentRequest, service string, proposalRaw []byte, now int64) (*Proposal, error) {
-	p, err := ParseProposal(proposalRaw)
-	if err != nil {
-		return nil, newError(CodeBadInput, err.Error())
+// to a human (§6.6): p is the proposal the agent received from service, as
+// ParseProposal read it. It returns nil when c's hash equals p's
+// ContentHash (and p's own hash field, if any), c names p's id, service and
+// capability, p has not expired at now, and c does not outlive it. Errors
+// are *Error: invalid_params for a proposal ParseProposal did not return,
+// conflict for a mismatch, expired for a proposal or request past its
+// expiry.
+func CheckConsent(c ConsentRequest, service string, p *Proposal, now int64) error {
+	if p == nil || p.hash == "" {
+		return newError(CodeInvalidParams, "consent: the proposal was not read by ParseProposal")
 	}
-	h, err := ProposalHash(proposalRaw)
-	if err != nil {
-		return nil, newError(CodeBadInput, err.Error())
-	}
+	h := p.hash
 	conflict := func(msg string) error { return newError(CodeConflict, "consent: "+msg) }
 	switch {
 	case c.Hash != h:
-		return nil, conflict("the hash does not match the proposal")
+		return conflict("the hash does not match the proposal")
 	case p.Hash != "" && p.Hash != h:
-		return nil, conflict("the proposal's hash field does not match its contents")
+		return conflict("the proposal's hash field does not match its contents")
 	case c.Proposal != p.ID:
-		return nil, conflict("the proposal id does not match")
+		return conflict("the proposal id does not match")
 	case c.Service != service:
-		return nil, conflict("the service does not match the one that sent the proposal")
+		return conflict("the service does not match the one that sent the proposal")
 	case c.Capability != p.Capability:
-		return nil, conflict("the capability does not match the proposal")
+		return conflict("the capability does not match the proposal")
 	case now >= p.Expires:
-		return nil, newError(CodeExpired, "consent: the proposal has expired")
+		return newError(CodeExpired, "consent: the proposal has expired")
 	case c.Expires > p.Expires:
-		return nil, conflict("the request outlives the proposal")
+		return conflict("the request outlives the proposal")
 	case now >= c.Expires:
-		return nil, newError(CodeExpired, "consent: the request has expired")
+		return newError(CodeExpired, "consent: the request has expired")
 	}
-	return p, nil
+	return nil
 }

@@ -2,10 +2,12 @@ package grant
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 const proposalJSON = `{
@@ -32,7 +34,7 @@ func TestParseProposal(t *testing.T) {
 		Cost: &Money{1250, "USD"}, Risk: RiskMedium, Undo: &Undo{Window: 3600}, Expires: 1790000600,
 		Data: json.RawMessage(`{"weight": 0.35}`),
 	}
-	if diff := cmp.Diff(want, p); diff != "" {
+	if diff := cmp.Diff(want, p, cmpopts.IgnoreUnexported(Proposal{})); diff != "" {
 		t.Errorf("ParseProposal (-want +got):\n%s", diff)
 	}
 	if f := p.Facts(); f.Cost != p.Cost || f.Risk != RiskMedium {
@@ -121,7 +123,7 @@ func TestCheckConsent(t *testing.T) {
 		{name: "fail/outlives-proposal", mutate: func(c *ConsentRequest) { c.Expires = 1790000601 }, now: testNow, wantCode: CodeConflict},
 		{name: "fail/proposal-expired", now: 1790000600, wantCode: CodeExpired},
 		{name: "fail/request-expired", mutate: func(c *ConsentRequest) { c.Expires = testNow }, now: testNow, wantCode: CodeExpired},
-		{name: "fail/malformed-proposal", raw: []byte(`{"id":"p_7Hc2"}`), now: testNow, wantCode: CodeBadInput},
+		{name: "fail/malformed-proposal", raw: []byte(`{"id":"p_7Hc2"}`), now: testNow, wantCode: CodeInvalidParams},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,13 +139,15 @@ func TestCheckConsent(t *testing.T) {
 			if tt.service != "" {
 				svc = tt.service
 			}
-			p, err := CheckConsent(c, svc, r, tt.now)
+			p, err := ParseProposal(r)
+			if err == nil {
+				err = CheckConsent(c, svc, p, tt.now)
+			} else {
+				err = &Error{Code: CodeInvalidParams, Message: err.Error()}
+			}
 			if tt.wantCode == "" {
 				if err != nil {
 					t.Fatal(err)
-				}
-				if p.ID != "p_7Hc2" {
-					t.Errorf("proposal %+v", p)
 				}
 				return
 			}
@@ -155,4 +159,122 @@ func TestCheckConsent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestParseProposalOneReading is issue 10 item 3: a second spelling of a
+// field, in another case, after the real one. encoding/json reads the last
+// spelling case-insensitively, so a policy that decoded with it saw a free,
+// low-risk proposal, while the hash and the display covered the real cost.
+// ParseProposal refuses the proposal and names the field.
+func TestParseProposalOneReading(t *testing.T) {
+	attack := strings.Replace(proposalJSON, `"expires": 1790000600,`, `"expires": 1790000600, "Cost": null, "RISK": "low",`, 1)
+	var lenient Proposal
+	dec := json.NewDecoder(strings.NewReader(attack))
+	dec.UseNumber()
+	if err := dec.Decode(&lenient); err != nil || lenient.Cost != nil || lenient.Risk != RiskLow {
+		t.Fatalf("encoding/json reads the attack differently than expected: %+v %v", lenient, err)
+	}
+	// The hash covers both spellings, so a service could have signed it.
+	if _, err := ProposalHash([]byte(attack)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ParseProposal([]byte(attack))
+	var je *JSONError
+	if !errors.As(err, &je) || !errors.Is(err, ErrNameCase) || je.Name != "Cost" || je.Known != "cost" {
+		t.Fatalf("ParseProposal = %v, want ErrNameCase for \"Cost\"", err)
+	}
+	if !strings.Contains(err.Error(), `"Cost"`) || !strings.Contains(err.Error(), `"cost"`) {
+		t.Errorf("message %q does not name the field", err)
+	}
+	for _, tt := range []struct{ name, old, new, path, field string }{
+		{"risk", `"risk": "medium"`, `"risk": "medium", "RISK": "low"`, "", "RISK"},
+		{"effect-op", `"op":"charge"`, `"op":"charge","Op":"other"`, "effects[0]", "Op"},
+		{"cost-amount", `"amount": 1250`, `"amount": 1250, "Amount": 0`, "cost", "Amount"},
+		{"undo-window", `"window": 3600`, `"window": 3600, "WINDOW": 0`, "undo", "WINDOW"},
+		{"long-s-summary", `"summary"`, `"ſummary": "free", "summary"`, "", "ſummary"},
+		{"duplicate", `"risk": "medium"`, `"risk": "medium", "risk": "low"`, "", "risk"},
+		{"duplicate-in-data", `{"weight": 0.35}`, `{"weight": 0.35, "weight": 0}`, "data", "weight"},
+	} {
+		t.Run("fail/"+tt.name, func(t *testing.T) {
+			_, err := ParseProposal([]byte(strings.Replace(proposalJSON, tt.old, tt.new, 1)))
+			var je *JSONError
+			if !errors.As(err, &je) || je.Path != tt.path || je.Name != tt.field {
+				t.Errorf("ParseProposal = %#v, want a name error at %q for %q", err, tt.path, tt.field)
+			}
+		})
+	}
+}
+
+func TestProposalKeepsItsHash(t *testing.T) {
+	raw := strings.Replace(proposalJSON, `"expires"`, `"hash": "claimed", "x-unknown": [1, {"b": 2}], "expires"`, 1)
+	p, err := ParseProposal([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ProposalHash([]byte(raw))
+	if err != nil || p.ContentHash() != h {
+		t.Fatalf("ContentHash %q, ProposalHash %q %v", p.ContentHash(), h, err)
+	}
+	c, err := CanonicalizeJSON(p.HashedBytes())
+	if err != nil || string(c) != string(p.HashedBytes()) || strings.Contains(string(c), `"data"`) || strings.Contains(string(c), "claimed") ||
+		!strings.Contains(string(c), `"x-unknown":[1,{"b":2}]`) {
+		t.Errorf("HashedBytes = %s (%v)", p.HashedBytes(), err)
+	}
+	// Facts carry the computed hash, not the claimed one.
+	if f := p.Facts(); f.Hash != h || p.Hash != "claimed" {
+		t.Errorf("Facts().Hash = %q, Hash = %q", f.Hash, p.Hash)
+	}
+	// The display is DisplayProposal of what the hash covers, with no
+	// parse of its own.
+	got, err := p.Display(40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := DisplayProposal(p.HashedBytes(), 40)
+	if err != nil || got != want {
+		t.Errorf("Display:\n%s\nDisplayProposal of the hashed bytes:\n%s (%v)", got, want, err)
+	}
+	if strings.Contains(got, "weight") || !strings.Contains(got, "12.50 USD") {
+		t.Errorf("Display shows data or lacks the cost:\n%s", got)
+	}
+	// A Proposal not made by ParseProposal has no hash to check against.
+	if err := CheckConsent(ConsentRequest{Hash: h}, "s", &Proposal{ID: "p_7Hc2"}, testNow); CodeOf(err) != CodeInvalidParams {
+		t.Errorf("CheckConsent of a hand-made proposal: %v", err)
+	}
+	if _, err := (&Proposal{}).Display(0); err == nil {
+		t.Error("Display of a hand-made proposal: no error")
+	}
+}
+
+// FuzzParseProposal checks that ParseProposal never panics and that one
+// parse gives one reading: the hash is ProposalHash's, the display is
+// DisplayProposal of the hashed bytes, and the fields are what DecodeStrict
+// (and, for exact names, encoding/json) reads into a Proposal.
+func FuzzParseProposal(f *testing.F) {
+	f.Add([]byte(proposalJSON))
+	f.Add([]byte(strings.Replace(proposalJSON, `"expires": 1790000600,`, `"expires": 1790000600, "Cost": null, "RISK": "low",`, 1)))
+	f.Add([]byte(`{"id":"a","capability":"c","summary":"","effects":[],"cost":null,"risk":"low","undo":null,"expires":0,"data":1.5}`))
+	f.Add([]byte(`{"id":"a","capability":"c","summary":"s\u0000\n","effects":[{"op":"other","target":"","from":true,"to":"x"}],"cost":{"amount":-1,"currency":""},"risk":"high","undo":{"window":0},"expires":-9007199254740991,"hash":""}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		p, err := ParseProposal(in)
+		if err != nil {
+			return
+		}
+		h, err := ProposalHash(in)
+		if err != nil || h != p.ContentHash() {
+			t.Fatalf("ProposalHash %q %v, ContentHash %q", h, err, p.ContentHash())
+		}
+		got, err1 := p.Display(30)
+		want, err2 := DisplayProposal(p.HashedBytes(), 30)
+		if err1 != nil || err2 != nil || got != want {
+			t.Fatalf("Display differs:\n%s\n%s\n%v %v", got, want, err1, err2)
+		}
+		var q Proposal
+		if err := DecodeStrict(in, &q); err != nil {
+			t.Fatalf("DecodeStrict refuses what ParseProposal accepts: %v", err)
+		}
+		if diff := cmp.Diff(&q, p, cmpopts.IgnoreUnexported(Proposal{}), cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("ParseProposal and DecodeStrict read differently (-strict +parse):\n%s", diff)
+		}
+	})
 }

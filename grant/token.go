@@ -405,15 +405,17 @@ func blockExpiry(b *Block) (int64, bool) {
 // before it, and each prev names the block before it. It checks no caveat
 // and no trust in the issuer. Its errors are *Error with CodeUnauthorized.
 func (t *Token) CheckChain() error {
-	_, err := t.checkChain()
+	_, err := t.checkChain(nil)
 	if err != nil {
 		return err
 	}
 	return nil
 }
 
-// checkChain is CheckChain that also returns the block ids it computed.
-func (t *Token) checkChain() ([]string, *Error) {
+// checkChain is CheckChain that also returns the block ids it computed. It
+// takes the answer to a signature check from cache when cache (which may be
+// nil) holds it.
+func (t *Token) checkChain(cache *BlockCache) ([]string, *Error) {
 	if len(t.Blocks) == 0 {
 		return nil, newError(CodeUnauthorized, "grant has no blocks")
 	}
@@ -449,7 +451,7 @@ func (t *Token) checkChain() ([]string, *Error) {
 		if err != nil {
 			return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: %v", i, err))
 		}
-		if len(b.Sig) != ed25519.SignatureSize || !ed25519.Verify(signer, msg, b.Sig) {
+		if len(b.Sig) != ed25519.SignatureSize || !cache.verifySignature(signer, msg, b.Sig) {
 			return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: bad signature", i))
 		}
 		ids[i] = b.ID()
@@ -482,9 +484,11 @@ func checkNewCaveats(caveats []Caveat) error {
 	return nil
 }
 
+// checkHolder refuses to hand a grant to a key that CheckPublicKey refuses:
+// a grant held by a small-order key is usable by anyone (issue 10 item 1).
 func checkHolder(holder ed25519.PublicKey) error {
-	if len(holder) != ed25519.PublicKeySize {
-		return errors.New("holder is not an ed25519 public key")
+	if err := CheckPublicKey(holder); err != nil {
+		return fmt.Errorf("holder: %w", err)
 	}
 	return nil
 }
@@ -554,7 +558,7 @@ func (t *Token) Delegate(holder crypto.Signer, to ed25519.PublicKey, caveats []C
 	if blk.signed, err = marshalPayload(&blk.Payload, false); err != nil {
 		return nil, fmt.Errorf("delegate: %w", err)
 	}
-	if blk.Sig, err = sign(holder, blk.signed); err != nil {
+	if blk.Sig, err = signHolder(holder, blk.signed); err != nil {
 		return nil, fmt.Errorf("delegate: %w", err)
 	}
 	blocks := make([]Block, len(t.Blocks), len(t.Blocks)+1)
@@ -579,7 +583,7 @@ type ConsentRequest struct {
 // the first three, only (which constrains COMMIT alone) would leave a
 // blanket grant for every other verb at every service.
 func ConsentCaveats(service, capability, hash string, expires int64) []Caveat {
-	return []Caveat{Svc(service), Verbs("COMMIT"), Can(capability), Only(hash), Exp(expires)}
+	return []Caveat{Svc(service), Verbs(VerbCommit), Can(capability), Only(hash), Exp(expires)}
 }
 
 // IssueConsent signs a consent grant (§6.6) for c: a root grant from

@@ -28,6 +28,11 @@ type Context struct {
 	// Spent maps block ids to the spend already attributed to them, in
 	// minor units (§6.3 spend). A block missing from it has spent nothing.
 	Spent map[string]int64
+	// Cache, when not nil, remembers the block signatures Verify has
+	// checked, so that a grant seen before costs no Ed25519 work. Only
+	// signatures are skipped: everything else is checked on every call.
+	// See BlockCache.
+	Cache *BlockCache
 }
 
 // ProposalFacts are the parts of a proposal that caveats look at.
@@ -67,6 +72,16 @@ type Result struct {
 //
 // A COMMIT needs ctx.Proposal; its absence, a risk that is not a level, a
 // negative cost or a negative Spent entry is an invalid_params error.
+//
+// With ctx.Cache set, a block signature that the cache holds (the same
+// signer key, signed bytes and signature, checked before) is not verified
+// again; every other step runs on every call. The answer is the same with or
+// without a cache.
+//
+// Every key of the chain passes CheckPublicKey when the token decodes, so
+// an entry of trusted that CheckPublicKey refuses (a small-order key, for
+// which anyone could sign a root grant) matches no issuer: it trusts
+// nothing.
 func Verify(tokens []string, trusted []string, ctx Context) (*Result, error) {
 	if len(tokens) == 0 {
 		return nil, newError(CodeUnauthorized, "no grant presented")
@@ -107,7 +122,7 @@ func rank(c Code) int {
 }
 
 func checkContext(ctx *Context) error {
-	bad := func(msg string) error { return newError(CodeBadInput, msg) }
+	bad := func(msg string) error { return newError(CodeInvalidParams, msg) }
 	if ctx.Verb == "COMMIT" && ctx.Proposal == nil {
 		return bad("a COMMIT is verified against its proposal, and none was given")
 	}
@@ -147,7 +162,7 @@ func verifyOne(s string, trusted []string, ctx *Context) (*Result, *Error) {
 	if ctx.ProofKey == "" || t.Holder() != ctx.ProofKey {
 		return nil, newError(CodeUnauthorized, "the proof key does not hold the grant")
 	}
-	ids, e := t.checkChain()
+	ids, e := t.checkChain(ctx.Cache)
 	if e != nil {
 		return nil, e
 	}

@@ -144,10 +144,10 @@ func TestVerify(t *testing.T) {
 			wantNeed: []string{`{"can":["z"]}`}},
 
 		// Bad caller input.
-		{name: "bad/commit-without-proposal", tokens: one(root), ctx: with(ask, func(c *Context) { c.Verb = "COMMIT" }), wantCode: CodeBadInput},
-		{name: "bad/proposal-risk", tokens: one(root), ctx: commit(usd(1), "extreme", nil), wantCode: CodeBadInput},
-		{name: "bad/negative-cost", tokens: one(root), ctx: commit(usd(-1), RiskLow, nil), wantCode: CodeBadInput},
-		{name: "bad/negative-spent", tokens: one(root), ctx: commit(usd(1), RiskLow, map[string]int64{rootID: -1}), wantCode: CodeBadInput},
+		{name: "bad/commit-without-proposal", tokens: one(root), ctx: with(ask, func(c *Context) { c.Verb = "COMMIT" }), wantCode: CodeInvalidParams},
+		{name: "bad/proposal-risk", tokens: one(root), ctx: commit(usd(1), "extreme", nil), wantCode: CodeInvalidParams},
+		{name: "bad/negative-cost", tokens: one(root), ctx: commit(usd(-1), RiskLow, nil), wantCode: CodeInvalidParams},
+		{name: "bad/negative-spent", tokens: one(root), ctx: commit(usd(1), RiskLow, map[string]int64{rootID: -1}), wantCode: CodeInvalidParams},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/peercred"
+	"github.com/parley-keyd/parley-keyd/keyd/signer"
 
 	"github.com/pelletier/go-toml/v2"
 )
@@ -44,9 +46,66 @@ type Config struct {
 
 	Access Access `toml:"access"`
 	Phone  Phone  `toml:"phone"`
+	// Key says where the principal key lives: the file in the state
+	// folder (the default), a transit key or a PKCS#11 token
+	// (docs/key-service.md). It is read at start only.
+	Key signer.Config `toml:"key"`
+	// Audit says where the audit log's checkpoints go and when it starts a
+	// new segment (docs/audit.md). It is read at start only.
+	Audit AuditConfig `toml:"audit"`
 
 	path       string // where it was read from, for relative paths
 	fileSocket string // Socket as the file says, before any --socket override
+}
+
+// AuditConfig is the [audit] table: the witnesses that receive the log's
+// signed checkpoints, and its segments.
+type AuditConfig struct {
+	// WitnessFile receives every checkpoint, one line each. Put it on
+	// another filesystem, append-only (chattr +a) or on a machine the
+	// daemon's user cannot rewrite.
+	WitnessFile string `toml:"witness_file"`
+	// WitnessCommand runs for every checkpoint, with the checkpoint on its
+	// standard input: a program that sends it off the machine.
+	WitnessCommand []string `toml:"witness_command"`
+	// CheckpointEvery and CheckpointInterval say how often the head is
+	// signed: after that many records, or that long after the last
+	// checkpoint when records came since. Zero means 1000 and 1m.
+	CheckpointEvery    int      `toml:"checkpoint_every"`
+	CheckpointInterval Duration `toml:"checkpoint_interval"`
+	// SegmentMiB and SegmentAge say when a new segment starts. Zero means
+	// 64 MiB and no age limit.
+	SegmentMiB int      `toml:"segment_mib"`
+	SegmentAge Duration `toml:"segment_age"`
+	// Retain removes closed segments older than this once every witness
+	// holds a checkpoint after them. Zero keeps every segment.
+	Retain Duration `toml:"retain"`
+}
+
+// Options returns the audit log's options this table sets.
+func (a AuditConfig) Options() (audit.Options, error) {
+	var o audit.Options
+	if a.WitnessFile != "" {
+		if !filepath.IsAbs(a.WitnessFile) {
+			return o, fmt.Errorf("audit.witness_file %q must be an absolute path", a.WitnessFile)
+		}
+		o.Witnesses = append(o.Witnesses, audit.FileWitness{Path: a.WitnessFile})
+	}
+	if len(a.WitnessCommand) > 0 {
+		if !filepath.IsAbs(a.WitnessCommand[0]) {
+			return o, fmt.Errorf("audit.witness_command must start with an absolute path, not %q", a.WitnessCommand[0])
+		}
+		o.Witnesses = append(o.Witnesses, audit.CommandWitness{Argv: slices.Clone(a.WitnessCommand)})
+	}
+	if a.CheckpointEvery < 0 || a.SegmentMiB < 0 {
+		return o, errors.New("audit.checkpoint_every and audit.segment_mib must not be negative")
+	}
+	o.CheckpointEvery = a.CheckpointEvery
+	o.CheckpointInterval = a.CheckpointInterval.Duration
+	o.SegmentSize = int64(a.SegmentMiB) << 20
+	o.SegmentAge = a.SegmentAge.Duration
+	o.Retain = a.Retain.Duration
+	return o, nil
 }
 
 // Access names who may connect, and in which role. Users are names or numeric
@@ -153,6 +212,12 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 		if _, _, err := net.SplitHostPort(c.Phone.Listen); err != nil {
 			return nil, fmt.Errorf("%s: phone.listen %q must be host:port, such as \"192.168.1.20:7450\"", path, c.Phone.Listen)
 		}
+	}
+	if _, err := c.Audit.Options(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := c.Key.Check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	a := c.Access
 	for _, u := range a.AgentUsers {
@@ -308,6 +373,23 @@ dual_role_users = []
 # The phone page: approve requests from a paired phone on your LAN. Off while
 # listen is empty. Set a LAN address of this host, then pair with: parley-keyd pair
 listen = ""
+
+[audit]
+# The audit log signs its head (a checkpoint) every so many records and at
+# every start and stop; each checkpoint goes to the journal and to these
+# witnesses, so that a log cut, rolled back or rewritten by someone who owns
+# the daemon's user is found (docs/audit.md). A file on another filesystem,
+# made append-only by root:
+# witness_file = "/var/log/parley-keyd/checkpoints"
+# A command that sends the checkpoint (on its standard input) off the machine:
+# witness_command = ["/usr/local/bin/ship-checkpoint"]
+# checkpoint_every = 1000
+# checkpoint_interval = "1m"
+# A new segment every 64 MiB (or segment_age); closed segments older than
+# retain are removed once every witness holds a checkpoint after them.
+# segment_mib = 64
+# segment_age = "720h"
+# retain = "8760h"
 `)
 	return b.String()
 }

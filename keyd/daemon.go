@@ -40,6 +40,10 @@ type Options struct {
 	// Audit, when set, is used instead of the log in State: tests give a
 	// sink that fails. The daemon does not close it.
 	Audit AuditSink
+	// AuditOptions say how the log in State is opened (journal, witnesses,
+	// segments, preallocation). Its Signer is Signer unless set: the log
+	// signs its checkpoints with the principal key (docs/audit.md).
+	AuditOptions audit.Options
 	// Previous are the principal keys rotated out (keystore.Previous):
 	// HELLO lists those whose overlap has not ended, for services to trust.
 	Previous []protocol.PreviousKey
@@ -89,7 +93,11 @@ func New(o Options) (*Daemon, error) {
 		if o.State == "" {
 			return nil, errors.New("keyd: a daemon needs a state folder for its audit log")
 		}
-		l, err := audit.Open(filepath.Join(o.State, "audit.log"))
+		ao, err := auditOptions(o)
+		if err != nil {
+			return nil, err
+		}
+		l, err := ao.Open(filepath.Join(o.State, "audit.log"))
 		if err != nil {
 			return nil, err
 		}
@@ -105,6 +113,37 @@ func New(o Options) (*Daemon, error) {
 	srv.previous = o.Previous
 	srv.loadLock(o.State)
 	return d, nil
+}
+
+// auditOptions are the audit log's options: what the caller set, with the
+// configuration's [audit] table on top and the daemon's signer for the
+// checkpoints unless the caller gave another.
+func auditOptions(o Options) (audit.Options, error) {
+	ao := o.AuditOptions
+	c, err := o.Config.Audit.Options()
+	if err != nil {
+		return ao, err
+	}
+	ao.Witnesses = append(ao.Witnesses, c.Witnesses...)
+	if c.CheckpointEvery != 0 {
+		ao.CheckpointEvery = c.CheckpointEvery
+	}
+	if c.CheckpointInterval != 0 {
+		ao.CheckpointInterval = c.CheckpointInterval
+	}
+	if c.SegmentSize != 0 {
+		ao.SegmentSize = c.SegmentSize
+	}
+	if c.SegmentAge != 0 {
+		ao.SegmentAge = c.SegmentAge
+	}
+	if c.Retain != 0 {
+		ao.Retain = c.Retain
+	}
+	if ao.Signer == nil {
+		ao.Signer = o.Signer
+	}
+	return ao, nil
 }
 
 // PolicyError is a policy file that cannot be read or does not parse.
@@ -235,12 +274,14 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 	if _, aerr := d.audit.Append(audit.Record{Kind: audit.KindStop, Message: reason}); aerr != nil {
 		d.logf("stop record not written: %v", aerr)
 	}
-	d.reportHead("stop")
+	// Closing the log writes its stop checkpoint: report the head after it.
 	d.closeLog()
+	d.reportHead("stop")
 	return err
 }
 
-// Reload rereads the configuration file the daemon was started with and the
+// Reload reopens the audit log if it was moved under the daemon, and
+// rereads the configuration file the daemon was started with and the
 // policy file it names. Property 6: when either does not parse, nothing
 // changes. Settings that only take effect at a restart (the socket and the
 // phone page) keep their running values, and the log and the audit record
@@ -248,6 +289,14 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 func (d *Daemon) Reload() error {
 	d.sdNotify(daemon.SdNotifyReloading)
 	defer d.sdNotify(daemon.SdNotifyReady)
+	// SIGHUP also starts a new audit segment when the log was moved,
+	// deleted or truncated under the daemon (docs/audit.md, Rotating);
+	// when it was not, Reopen does nothing.
+	if d.log != nil {
+		if err := d.log.Reopen(); err != nil {
+			d.logf("audit log: %v", err)
+		}
+	}
 	old := d.cfg.Load()
 	cfg, err := LoadConfig(old.path)
 	var pol *policies.Policy

@@ -189,8 +189,8 @@ func hardenTestStart(t *testing.T, uid, gid uint32, harden bool) *hardenTestTarg
 // can tell the difference.
 func TestHarden(t *testing.T) {
 	testpeer.RequirePeers(t)
-	uid, gid := testpeer.EnsureUser(t, "parley-test-agent")
-	otherUID, otherGID := testpeer.EnsureUser(t, "parley-test-other")
+	uid, gid := testpeer.EnsureUser(t, testpeer.Name("agent"))
+	otherUID, otherGID := testpeer.EnsureUser(t, testpeer.Name("other"))
 
 	tests := []struct {
 		name         string

@@ -491,7 +491,7 @@ func TestLoadMixed(t *testing.T) {
 			issued[r.GrantID] = true
 		case audit.KindWithdrawn:
 			withdrawn++
-		case audit.KindDeny, audit.KindStart:
+		case audit.KindDeny, audit.KindStart, audit.KindCheckpoint:
 		default:
 			t.Errorf("unexpected audit record %+v", r)
 		}

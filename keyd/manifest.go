@@ -1,10 +1,15 @@
 package keyd
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 
 var manifestVerbs = []protocol.ManifestVerb{
@@ -33,7 +38,7 @@ func (c *conn) hello(f *protocol.Frame) (*protocol.Frame, error) {
 		Service: protocol.ManifestService{ID: "parley-keyd", Name: "parley-keyd",
 			Summary: "Holds the principal key; issues attenuated and consent grants by policy and human approval."},
 		Version: protocol.DaemonVersion, Protocol: protocol.Version, Principal: c.s.principal,
-		Limits: protocol.ManifestLimits{Frame: protocol.MaxFrame, Inflight: maxInflight, Caveats: maxRequestCaveats,
+		Limits: protocol.ManifestLimits{Frame: protocol.MaxFrame, Inflight: maxInflight, Caveats: grant.MaxRequestCaveats,
 			ApprovalTimeout: int(cfg.ApprovalTimeout.Seconds()), ProofWindow: 300},
 		Channels: c.s.channels(),
 		Caller:   protocol.ManifestCaller{User: c.id.User, UID: c.id.UID, PID: c.id.PID, Weak: r.Weak},
@@ -48,6 +53,7 @@ func (c *conn) hello(f *protocol.Frame) (*protocol.Frame, error) {
 	}
 	if r.Approver {
 		m.Caller.Roles = append(m.Caller.Roles, "approver")
+		m.Key = c.keyStatus()
 	}
 	if st, ok := c.s.LockState(); ok {
 		m.Locked = lockView(st)
@@ -83,4 +89,26 @@ func (s *Server) channels() []string {
 		ch = append(ch, "phone")
 	}
 	return ch
+}
+
+// keyCheckTimeout bounds the health check behind an approver's HELLO.
+const keyCheckTimeout = 5 * time.Second
+
+// keyStatus describes the signer and checks, within keyCheckTimeout, that it
+// answers, when the signer can tell (the backends of keyd/signer can).
+func (c *conn) keyStatus() *protocol.ManifestKey {
+	h, ok := c.s.signer.(signer.Health)
+	if !ok {
+		return nil
+	}
+	d := h.Describe()
+	k := &protocol.ManifestKey{Backend: d.Backend, Key: d.Key, Version: d.Version, Answers: true}
+	ctx, cancel := context.WithTimeout(c.ctx, keyCheckTimeout)
+	defer cancel()
+	if err := h.Check(ctx); err != nil {
+		var u *signer.UnavailableError
+		k.Answers = !errors.As(err, &u)
+		k.Problem = boundedString(err.Error(), 500)
+	}
+	return k
 }

@@ -1,12 +1,12 @@
 package keyd
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/signer"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
@@ -85,104 +86,33 @@ func parseGrantBody(raw json.RawMessage, now int64) (protocol.GrantBody, ed25519
 	if len(raw) == 0 {
 		return body, nil, req, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the request needs a \"grant\" object with \"holder\" and \"caveats\""}
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		return body, nil, req, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the \"grant\" object is malformed: " + shortErr(err)}
+	// One strict reading (property 9): "Holder" beside "holder", or a
+	// second "holder", is refused rather than read one way here and
+	// another in the proof's digest.
+	if err := grant.DecodeStrictKnown(raw, &body); err != nil {
+		return body, nil, req, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the \"grant\" object is malformed: " + jsonErr(err)}
 	}
 	holder, err := grant.ParsePublicKey(body.Holder)
 	if err != nil {
-		return body, nil, req, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the holder key is not a valid \"ed25519:…\" key",
+		// Property 10: grant.ParsePublicKey refuses small-order keys,
+		// whose grants anyone could use with a forged proof.
+		return body, nil, req, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the holder key is refused: " + shortErr(err),
 			Fix: "print your key with: parley-grant pubkey"}
 	}
 	req, err = requestFromCaveats(body.Caveats, now)
 	return body, holder, req, err
 }
 
-// parleyVerbs are the verbs a "verbs" caveat may name (§4).
-var parleyVerbs = []string{"HELLO", "ASK", "INTENT", "COMMIT", "UNDO", "EXPAND"}
-
-// maxRequestCaveats bounds the caveats of one request; a longer list is an
-// attempt to make validation and policy matching expensive.
-const maxRequestCaveats = 16
-
+// requestFromCaveats checks the caveats of a GRANT or EXPLAIN body with
+// grant.ParseRequest, which says what each caveat means (fail closed:
+// property 6), and converts what they ask for into a policy request.
 func requestFromCaveats(cavs []grant.Caveat, now int64) (policies.Request, error) {
-	req := policies.Request{Now: now}
-	bad := func(format string, args ...any) (policies.Request, error) {
-		return policies.Request{}, &protocol.Error{Code: protocol.CodeInvalidParams, Message: fmt.Sprintf(format, args...)}
+	r, err := grant.ParseRequest(cavs, now)
+	if err != nil {
+		return policies.Request{}, &protocol.Error{Code: protocol.CodeInvalidParams, Message: err.Error()}
 	}
-	if len(cavs) > maxRequestCaveats {
-		return bad("a request may carry at most %d caveats", maxRequestCaveats)
-	}
-	seen := map[string]bool{}
-	for _, cv := range cavs {
-		if !cv.Known() {
-			// Fail closed (§6.3): a caveat the spec does not define could
-			// mean anything to a service; the daemon never signs one.
-			return bad("unknown caveat %q", cv.Name)
-		}
-		if err := cv.Check(); err != nil {
-			return bad("caveat %q is malformed: %v", cv.Name, err)
-		}
-		if seen[cv.Name] {
-			return bad("caveat %q appears twice; ask for it once", cv.Name)
-		}
-		seen[cv.Name] = true
-		switch cv.Name {
-		case "svc", "verbs", "can":
-			list, _ := cv.Strings()
-			if len(list) == 0 {
-				return bad("caveat %q has an empty list, which would allow nothing", cv.Name)
-			}
-			switch cv.Name {
-			case "svc":
-				req.Svc = list
-			case "verbs":
-				for _, v := range list {
-					if !slices.Contains(parleyVerbs, v) {
-						return bad("verb %q is not a Parley verb (%s)", v, strings.Join(parleyVerbs, ", "))
-					}
-				}
-				req.Verbs = list
-			case "can":
-				for _, p := range list {
-					if p == "" || strings.Contains(strings.TrimSuffix(p, "*"), "*") {
-						return bad("capability pattern %q must be a name, a prefix ending in *, or *", p)
-					}
-				}
-				req.Can = list
-			}
-		case "exp":
-			req.Exp, _ = cv.Int()
-			if req.Exp <= now {
-				return bad("the expiry %d is not in the future", req.Exp)
-			}
-		case "nbf":
-			req.Nbf, _ = cv.Int()
-		case "per", "spend":
-			m, _ := cv.Money()
-			if m.Amount < 0 {
-				return bad("caveat %q has a negative amount", cv.Name)
-			}
-			if cv.Name == "per" {
-				req.Per = &m
-			} else {
-				req.Spend = &m
-			}
-		case "risk":
-			var r string
-			if err := json.Unmarshal(cv.Value, &r); err != nil {
-				return bad("caveat \"risk\" is malformed")
-			}
-			req.Risk = r
-		case "only":
-			return bad("an \"only\" caveat belongs in a consent grant")
-		}
-	}
-	if req.Nbf != 0 && req.Exp != 0 && req.Nbf >= req.Exp {
-		return bad("nbf must be before exp")
-	}
-	return req, nil
+	return policies.Request{Svc: r.Svc, Verbs: r.Verbs, Can: r.Can, Exp: r.Exp, Nbf: r.Nbf,
+		Per: r.Per, Spend: r.Spend, Risk: r.Risk, Now: now}, nil
 }
 
 // caveatsFromRequest turns what the policy decided into the caveats to sign,
@@ -283,7 +213,7 @@ func (c *conn) rateLimit(pol *policies.Policy, agent string) error {
 
 // grantVerb runs the pipeline for an attenuated root grant:
 // validate → decide → (approve) → sign → audit → reply.
-func (c *conn) grantVerb(f *protocol.Frame) (*protocol.Frame, error) {
+func (c *conn) grantVerb(f *protocol.Frame) (_ *protocol.Frame, failed error) {
 	if err := c.requireAgent(f.Verb); err != nil {
 		return nil, err
 	}
@@ -332,6 +262,7 @@ func (c *conn) grantVerb(f *protocol.Frame) (*protocol.Frame, error) {
 			c.s.auditBestEffort(rec)
 			return nil, err
 		}
+		defer func() { a.settle(failed) }()
 		// The human approved what the policy in force then decided. If the
 		// policy was reloaded meanwhile, that decision may no longer hold:
 		// fail closed and let the agent ask again.
@@ -362,7 +293,7 @@ func (c *conn) grantVerb(f *protocol.Frame) (*protocol.Frame, error) {
 	}
 	tok, err := grant.Issue(c.s.signer, holder, cavs, now, nonce)
 	if err != nil {
-		return fail(err)
+		return c.signFailed(rec, err)
 	}
 	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), d.Grant.Exp
 	if len(d.Narrowed) > 0 {
@@ -372,6 +303,30 @@ func (c *conn) grantVerb(f *protocol.Frame) (*protocol.Frame, error) {
 		return nil, err
 	}
 	return grantReply(tok, cavs, d.Grant.Exp, rec, d.Narrowed)
+}
+
+// signFailed records a grant the signer could not sign, with the signer's
+// detail in the audit record and the daemon's log, and answers the agent. A
+// key service that is down, slow or refusing (signer.UnavailableError) is
+// "unavailable" with a retry hint: the request may succeed later, and the
+// daemon stays up. The agent is not told the key service's addresses.
+func (c *conn) signFailed(rec audit.Record, err error) (*protocol.Frame, error) {
+	rec.Kind, rec.Message = audit.KindError, "signing failed: "+boundedString(err.Error(), 1000)
+	c.s.auditBestEffort(rec)
+	c.s.logf("signing %s failed: %v", rec.RequestID, err)
+	var u *signer.UnavailableError
+	if errors.As(err, &u) {
+		return nil, &protocol.Error{Code: protocol.CodeUnavailable, Message: "the key service did not answer, so no grant was issued",
+			Fix: "ask again later; an approver sees the key service's state with: parley-grant status", Retry: u.RetrySeconds()}
+	}
+	return nil, err
+}
+
+func boundedString(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
 
 func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec audit.Record, narrowed []string) (*protocol.Frame, error) {
@@ -496,23 +451,36 @@ func (c *conn) explain(f *protocol.Frame) (*protocol.Frame, error) {
 	return &protocol.Frame{Kind: protocol.KindExplain, Data: raw}, nil
 }
 
-// unwrapObject returns the member key of raw when raw is an object holding it
-// (a whole ERROR or PROPOSALS frame), else raw itself.
-func unwrapObject(raw json.RawMessage, key string) json.RawMessage {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) == nil {
-		if v, ok := m[key]; ok {
-			return v
-		}
+// consentObject reads the consent object of a CONSENT request (§6.6): the
+// service's consent object, or its whole consent_required ERROR frame that
+// holds one under "consent". Both are read strictly (property 9), so a
+// "Hash" beside "hash" is refused, not read one way here and another by
+// the service.
+func consentObject(raw json.RawMessage) (grant.ConsentRequest, error) {
+	var cr grant.ConsentRequest
+	var frame struct {
+		Consent json.RawMessage `json:"consent"`
 	}
-	return raw
+	if err := grant.DecodeStrict(raw, &frame); err != nil {
+		return cr, err
+	}
+	if frame.Consent != nil {
+		raw = frame.Consent
+	}
+	if err := grant.DecodeStrict(raw, &cr); err != nil {
+		return cr, err
+	}
+	if cr.Hash == "" {
+		return cr, errors.New("it has no \"hash\"")
+	}
+	return cr, nil
 }
 
 // consent runs the pipeline for a consent grant (§6.6). Property 5: the
 // daemon recomputes the proposal hash and checks id, service, capability and
 // expiry before anything is shown to a human; a mismatch is refused and never
 // queued.
-func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
+func (c *conn) consent(f *protocol.Frame) (_ *protocol.Frame, failed error) {
 	if err := c.requireAgent(f.Verb); err != nil {
 		return nil, err
 	}
@@ -525,11 +493,13 @@ func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
 	}
 	holder, err := grant.ParsePublicKey(f.Holder)
 	if err != nil {
-		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the holder key is not a valid \"ed25519:…\" key"}
+		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the holder key is refused: " + shortErr(err),
+			Fix: "print your key with: parley-grant pubkey"}
 	}
-	var cr grant.ConsentRequest
-	if err := json.Unmarshal(unwrapObject(f.Consent, "consent"), &cr); err != nil || cr.Hash == "" {
-		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the consent is not a §6.6 consent object or a consent_required ERROR frame"}
+	cr, err := consentObject(f.Consent)
+	if err != nil {
+		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the consent is not a §6.6 consent object or a consent_required ERROR frame: " + jsonErr(err),
+			Fix: "pass the consent_required error exactly as the service sent it"}
 	}
 	if err := c.checkProof(f, f.Holder, protocol.ProofVerbConsent, cr.Hash, now); err != nil {
 		return nil, err
@@ -542,7 +512,9 @@ func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
 	if err := c.rateLimit(pol, agent); err != nil {
 		return nil, err
 	}
-	propRaw, err := pickProposal(f.Proposal, cr.Proposal)
+	// The proposal is parsed once, here; its hash, the policy's facts
+	// and the human's rendering all come from this parse (property 9).
+	prop, err := pickProposal(f.Proposal, cr.Proposal)
 	if err != nil {
 		return nil, err
 	}
@@ -556,11 +528,13 @@ func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
 		return refuse(&protocol.Error{Code: protocol.CodeConflict, Message: "the consent request is not for this daemon's principal",
 			Fix: "pass the consent_required error exactly as the service sent it; it names the principal"})
 	}
-	prop, err := grant.CheckConsent(cr, f.Service, propRaw, now)
-	if err != nil {
+	if err := grant.CheckConsent(cr, f.Service, prop, now); err != nil {
 		code := protocol.CodeConflict
-		if ge, ok := err.(*grant.Error); ok && ge.Code == grant.CodeExpired {
+		switch grant.CodeOf(err) {
+		case grant.CodeExpired:
 			code = protocol.CodeExpired
+		case grant.CodeInvalidParams:
+			code = protocol.CodeInvalidParams
 		}
 		return refuse(&protocol.Error{Code: code, Message: "the consent does not match the proposal: " + shortErr(err),
 			Fix: "pass the proposal exactly as the service sent it, and the consent from the same service"})
@@ -582,7 +556,7 @@ func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
 	if d.Action != policies.Ask {
 		return refuse(&protocol.Error{Code: protocol.CodeForbidden, Rule: d.Rule, Message: d.Reason})
 	}
-	view := c.renderConsent(rec.RequestID, agent, f.Holder, f.Service, cr.Hash, prop, propRaw, d)
+	view := c.renderConsent(rec.RequestID, agent, f.Holder, f.Service, prop, d)
 	a, err := c.waitForHuman(f, view, agent, pol.MaxPending(agent), d.Channels, d.Strong)
 	rec.DecidedBy.Approver, rec.DecidedBy.Channel, rec.DecidedBy.Strength = a.Approver, a.Channel, strength(a)
 	rec.Decision = "ask"
@@ -591,6 +565,7 @@ func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
 		c.s.auditBestEffort(rec)
 		return nil, err
 	}
+	defer func() { a.settle(failed) }()
 	if c.s.policy.Load() != pol {
 		return fail(&protocol.Error{Code: protocol.CodeConflict, Message: "the policy was reloaded while the request waited; ask again"})
 	}
@@ -610,7 +585,7 @@ func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
 	now = c.s.now().Unix()
 	tok, err := grant.IssueConsent(c.s.signer, holder, cr, now, nonce)
 	if err != nil {
-		return fail(err)
+		return c.signFailed(rec, err)
 	}
 	cavs := grant.ConsentCaveats(f.Service, prop.Capability, cr.Hash, exp)
 	rec.Issued, rec.GrantID, rec.Expiry = caveatsJSON(cavs), tok.ID(), exp
@@ -620,24 +595,44 @@ func (c *conn) consent(f *protocol.Frame) (*protocol.Frame, error) {
 	return grantReply(tok, cavs, exp, rec, nil)
 }
 
-// pickProposal finds the proposal the consent names inside a PROPOSALS frame,
-// or returns a bare proposal as it is.
-func pickProposal(raw json.RawMessage, id string) (json.RawMessage, error) {
+// pickProposal finds the proposal the consent names inside a PROPOSALS
+// frame, or takes a bare proposal as it is, and parses it once with
+// grant.ParseProposal. Every read is strict (property 9): a "Proposals" or
+// an "ID" in another case is refused, never taken for the real one.
+func pickProposal(raw json.RawMessage, id string) (*grant.Proposal, error) {
+	bad := func(err error) error {
+		return &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the proposal is malformed: " + jsonErr(err),
+			Fix: "pass the proposal exactly as the service sent it"}
+	}
 	var frame struct {
 		Proposals []json.RawMessage `json:"proposals"`
 	}
-	if json.Unmarshal(raw, &frame) == nil && frame.Proposals != nil {
-		for _, p := range frame.Proposals {
-			var head struct {
-				ID string `json:"id"`
-			}
-			if json.Unmarshal(p, &head) == nil && head.ID == id {
-				return p, nil
-			}
-		}
-		return nil, &protocol.Error{Code: protocol.CodeConflict, Message: fmt.Sprintf("the PROPOSALS frame holds no proposal %q", id)}
+	if err := grant.DecodeStrict(raw, &frame); err != nil {
+		return nil, bad(err)
 	}
-	return raw, nil
+	if frame.Proposals == nil {
+		p, err := grant.ParseProposal(raw)
+		if err != nil {
+			return nil, bad(err)
+		}
+		return p, nil
+	}
+	for i, one := range frame.Proposals {
+		var head struct {
+			ID string `json:"id"`
+		}
+		if err := grant.DecodeStrict(one, &head); err != nil {
+			return nil, bad(fmt.Errorf("proposals[%d]: %w", i, err))
+		}
+		if head.ID == id {
+			p, err := grant.ParseProposal(one)
+			if err != nil {
+				return nil, bad(fmt.Errorf("proposals[%d]: %w", i, err))
+			}
+			return p, nil
+		}
+	}
+	return nil, &protocol.Error{Code: protocol.CodeConflict, Message: fmt.Sprintf("the PROPOSALS frame holds no proposal %q", id)}
 }
 
 func (c *conn) pending(f *protocol.Frame) (*protocol.Frame, error) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base32"
+	"errors"
 	"fmt"
 	"math/big"
 	"slices"
@@ -24,6 +25,38 @@ type Approval struct {
 	Weak     bool          // the approver could have been the agent itself
 	Code     protocol.Code // for a refusal: denied, timeout, unavailable
 	Reason   string        // for a refusal: one sentence
+
+	// issued carries, for an approval, how the request then ended: nil
+	// when its grant was issued, else why not (a key service that did not
+	// answer). The approver's decide waits for it, so that both sides hear
+	// of a failure after the approval.
+	issued chan error
+}
+
+// settle reports to the approver how an approved request ended. It is a
+// no-op for an approval that nobody waits on.
+func (a Approval) settle(err error) {
+	if a.issued != nil {
+		select {
+		case a.issued <- err:
+		default:
+		}
+	}
+}
+
+// issueWait bounds how long an approver's APPROVE waits to hear whether the
+// grant was issued; signing has its own, shorter deadline.
+const issueWait = 30 * time.Second
+
+// notIssued is the approver's answer for an approved request that ended
+// without a grant: the requester's refusal, said to the approver.
+func notIssued(id string, err error) error {
+	var e *protocol.Error
+	if errors.As(err, &e) {
+		return &protocol.Error{Code: e.Code, Message: fmt.Sprintf("request %s was approved, but no grant was issued: %s", id, e.Message),
+			Fix: "the agent was told the same and may ask again", Retry: e.Retry}
+	}
+	return &protocol.Error{Code: protocol.CodeInternal, Message: fmt.Sprintf("request %s was approved, but no grant was issued", id)}
 }
 
 // Notifier is a human channel that wants to hear about pending requests: the
@@ -203,6 +236,7 @@ func (q *queue) decide(id string, approve bool, match string, a Approval) error 
 			Fix: "approve it from a paired phone, or as a user that is not an agent"}
 	}
 	var err error
+	var issued chan error
 	if approve {
 		if subtle.ConstantTimeCompare([]byte(match), []byte(it.code)) != 1 {
 			approve = false
@@ -214,12 +248,29 @@ func (q *queue) decide(id string, approve bool, match string, a Approval) error 
 		a.Code, a.Reason = protocol.CodeDenied, "the human denied the request"
 	}
 	a.Approved = approve
+	if approve {
+		issued = make(chan error, 1)
+		a.issued = issued
+	}
 	ended := q.endLocked(it, a)
 	ns := slices.Clone(q.notifiers)
 	q.mu.Unlock()
 	if ended {
 		for _, n := range ns {
 			n.n.Ended(id, outcomeWord(a))
+		}
+	}
+	if ended && issued != nil {
+		// The grant is signed now, after the approval: a key service that
+		// is down at this moment is reported to the approver as well.
+		t := time.NewTimer(issueWait)
+		defer t.Stop()
+		select {
+		case ierr := <-issued:
+			if ierr != nil {
+				return notIssued(id, ierr)
+			}
+		case <-t.C:
 		}
 	}
 	return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -27,9 +28,13 @@ func keepRestartOnly(cur, next *Config) []string {
 	if next.Phone != cur.Phone {
 		changed = append(changed, "[phone]")
 	}
+	if !reflect.DeepEqual(next.Key, cur.Key) {
+		// The signer is opened once, at start (docs/key-service.md).
+		changed = append(changed, "[key]")
+	}
 	next.Socket, next.fileSocket = cur.Socket, cur.fileSocket
 	next.SocketMode, next.SocketGroup = cur.SocketMode, cur.SocketGroup
-	next.Phone = cur.Phone
+	next.Phone, next.Key = cur.Phone, cur.Key
 	return changed
 }
 

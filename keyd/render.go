@@ -1,7 +1,6 @@
 package keyd
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -85,14 +84,17 @@ func (c *conn) renderGrant(id, agent, holder string, d policies.Decision) protoc
 
 // renderConsent shows the proposal whose hash the daemon recomputed, in the
 // daemon's Lens rendering: effects, cost, risk, undo and expiry, not the
-// service's summary alone (§6.6).
-func (c *conn) renderConsent(id, agent, holder, service, hash string, p *grant.Proposal, raw json.RawMessage, d policies.ConsentDecision) protocol.PendingView {
+// service's summary alone (§6.6). Everything comes from p, the one parse of
+// the proposal that the hash and the policy used (property 9); "data" is not
+// shown, since the hash does not cover it and an agent could add words of
+// its own there ("this is a refund").
+func (c *conn) renderConsent(id, agent, holder, service string, p *grant.Proposal, d policies.ConsentDecision) protocol.PendingView {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Request %s: consent to ONE action at %s\n", id, safe(service))
 	fmt.Fprintf(&b, "Asked by %s\n", c.whoLine(agent))
 	// Each service-written field is neutralized before it is placed, so a
 	// newline inside a summary cannot forge a line of the rendering.
-	lens, err := grant.DisplayProposal(hashedPart(raw), maxFieldDisplay)
+	lens, err := p.Display(maxFieldDisplay)
 	if err != nil {
 		lens = fmt.Sprintf("[%s] %s (the proposal could not be rendered: %s)", safe(p.ID), safe(p.Summary), safe(err.Error()))
 	}
@@ -106,7 +108,7 @@ func (c *conn) renderConsent(id, agent, holder, service, hash string, p *grant.P
 	}
 	fmt.Fprintf(&b, "The proposal expires %s.\n", c.s.relTime(p.Expires))
 	fmt.Fprintf(&b, "The consent lets key %s COMMIT exactly this proposal (capability %s, hash %s), nothing else.\n",
-		shortKey(holder), safe(p.Capability), safe(hash))
+		shortKey(holder), safe(p.Capability), safe(p.ContentHash()))
 	fmt.Fprintf(&b, "Policy rule %q asks you to decide.\n", safe(d.Rule))
 	if c.role().Weak {
 		b.WriteString("Note: this agent's user may also approve, so an approval from that user is weak.\n")
@@ -116,23 +118,4 @@ func (c *conn) renderConsent(id, agent, holder, service, hash string, p *grant.P
 		Title: safe(fmt.Sprintf("%s asks for consent: %s", agent, cost)),
 		Text:  grant.SafeLines(b.String(), maxTextDisplay),
 	}
-}
-
-// hashedPart returns the proposal without "data" and "hash": exactly what
-// its hash covers (§5.1). "data" is not covered, so an agent could add words
-// of its own there ("this is a refund"); the human is never shown it.
-func hashedPart(raw json.RawMessage) json.RawMessage {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return raw
-	}
-	delete(m, "data")
-	delete(m, "hash")
-	// The proposal rendering has a fixed layout, so the order of the
-	// top-level keys, lost here, does not change it.
-	out, err := json.Marshal(m)
-	if err != nil {
-		return raw
-	}
-	return out
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
@@ -351,9 +352,14 @@ func (c *conn) readLoop() {
 		if len(line) == 0 {
 			continue
 		}
+		// One strict reading (property 9): names matched exactly,
+		// duplicate names refused at any depth, valid UTF-8. Under
+		// encoding/json's rules a frame could carry "verb" and "Verb" and
+		// be one request to a reader that keeps the first and another to
+		// one that keeps the last.
 		var f protocol.Frame
-		if err := json.Unmarshal(line, &f); err != nil {
-			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is not a JSON object: " + shortErr(err)}))
+		if err := grant.DecodeStrict(line, &f); err != nil {
+			c.send(errorFrame("", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is not one strict JSON object: " + jsonErr(err)}))
 			continue
 		}
 		if f.ID == "" || len(f.ID) > 128 {
@@ -415,6 +421,10 @@ func (c *conn) readLoop() {
 				if reply.ID == "" {
 					reply.ID = "r" + f.ID
 				}
+				// The id is free again once its final reply is on its
+				// way: a client that reuses it as soon as it reads the
+				// reply must not be told it is still in use.
+				c.releaseID(f.ID)
 				c.send(reply)
 			}
 		}(f)
@@ -466,6 +476,20 @@ func (c *conn) send(f *protocol.Frame) bool {
 func (c *conn) event(re, message string, data any) {
 	raw, _ := json.Marshal(data)
 	c.send(&protocol.Frame{Kind: protocol.KindEvent, ID: "v" + re, Re: re, Message: message, Data: raw})
+}
+
+// jsonErr is the message of a strict decoding error, which names the
+// member at fault; grant bounds the names it quotes.
+func jsonErr(err error) string {
+	s := err.Error()
+	if len(s) > 300 {
+		i := 300
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i] + "…"
+	}
+	return s
 }
 
 func shortErr(err error) string {

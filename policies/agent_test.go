@@ -6,7 +6,7 @@ import (
 )
 
 func TestAgentFor(t *testing.T) {
-	const key = "ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+	const key = "ed25519:gTl3Dqh9F19Wo1Rmw0x-zMuNipG07jeiXfYPW4_Js5Q"
 	p := mustParse(t, `
 [[agent]]
 name = "two-matchers"
@@ -58,7 +58,7 @@ exe = ["/opt/agents/*"]
 		{"ok/unit-pattern", Caller{UID: 7, Unit: "agent@3.service"}, "by-unit"},
 		{"fail/unit-other", Caller{UID: 7, Unit: "web.service"}, ""},
 		{"ok/holder-key", Caller{UID: 7, HolderKey: key}, "by-key"},
-		{"fail/holder-key-other", Caller{UID: 7, HolderKey: "ed25519:BAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}, ""},
+		{"fail/holder-key-other", Caller{UID: 7, HolderKey: "ed25519:7UkoxijRwsbq6QM4kFmVYSlZJzpcY_k2NsFGFKyHN9E"}, ""},
 		{"ok/exe-under-dir", Caller{UID: 7, Exe: "/opt/agents/bin/x"}, "exe-dir"},
 		{"fail/exe-dir-lookalike", Caller{UID: 7, Exe: "/opt/agents-evil/x"}, ""},
 		{"ok/first-match-wins", Caller{UID: 1001, Groups: []string{"agents"}}, "by-uid"},

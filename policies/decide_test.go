@@ -16,7 +16,7 @@ var (
 	calCaller   = Caller{UID: 1500, User: "calbot"}
 	shopCaller  = Caller{UID: 2001, User: "shop"}
 	guestCaller = Caller{UID: 3000, User: "g", Groups: []string{"users", "guests"}}
-	keyCaller   = Caller{UID: 1, HolderKey: "ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}
+	keyCaller   = Caller{UID: 1, HolderKey: "ed25519:gTl3Dqh9F19Wo1Rmw0x-zMuNipG07jeiXfYPW4_Js5Q"}
 	boxCaller   = Caller{UID: 5, Exe: "/opt/agents/run", Unit: "agent-x.service"}
 	otherCaller = Caller{UID: 9, User: "someone"}
 )

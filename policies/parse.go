@@ -1,7 +1,6 @@
 package policies
 
 import (
-	"encoding/base64"
 	"fmt"
 	"math"
 	"strconv"
@@ -22,9 +21,6 @@ const (
 	maxList     = 1000 // items in one list
 	maxString   = 1024 // bytes in one string
 )
-
-// verbs are the Parley verbs (§4) a grant's verbs caveat may list.
-var verbs = []string{"HELLO", "ASK", "INTENT", "COMMIT", "UNDO", "EXPAND"}
 
 // Parse parses and checks a policy file. It is strict: an unknown key, a
 // value of the wrong type, an unknown agent name in a rule, a limit that
@@ -367,30 +363,33 @@ func checkPattern(s string) error {
 	if err := printable(s); err != nil {
 		return err
 	}
-	if !validPattern(s) {
+	if !grant.ValidPattern(s) {
 		return fmt.Errorf("%q is not a pattern: an exact name, or a prefix followed by one final *", s)
 	}
 	return nil
 }
 
 func checkVerb(s string) error {
-	if !has(verbs, s) {
-		if has(verbs, strings.ToUpper(s)) {
+	// The Parley verbs (§4) a grant's verbs caveat may list: grant's list.
+	if !grant.IsParleyVerb(s) {
+		if grant.IsParleyVerb(strings.ToUpper(s)) {
 			return fmt.Errorf("verbs are upper case: write %q", strings.ToUpper(s))
 		}
-		return fmt.Errorf("unknown verb %q (want %s)", s, strings.Join(verbs, ", "))
+		return fmt.Errorf("unknown verb %q (want %s)", s, strings.Join(grant.ParleyVerbs(), ", "))
 	}
 	return nil
 }
 
+// checkKey accepts a holder key exactly as grant.ParsePublicKey does, so a
+// policy can name no key that the daemon would refuse as a holder: in
+// particular no small-order key, whose grants anyone could use (issue 10
+// item 1).
 func checkKey(s string) error {
-	raw, ok := strings.CutPrefix(s, "ed25519:")
-	if !ok {
+	if !strings.HasPrefix(s, grant.PublicKeyPrefix) {
 		return fmt.Errorf("%q must start with \"ed25519:\"", s)
 	}
-	b, err := base64.RawURLEncoding.Strict().DecodeString(raw)
-	if err != nil || len(b) != 32 {
-		return fmt.Errorf("%q is not ed25519: and 43 base64url characters", s)
+	if _, err := grant.ParsePublicKey(s); err != nil {
+		return fmt.Errorf("%q is not an ed25519: key of 43 base64url characters that names a usable key: %w", s, err)
 	}
 	return nil
 }

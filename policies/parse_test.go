@@ -5,6 +5,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/testkeys"
 )
 
 // base is a valid prefix for parse error cases: lines 1-3.
@@ -41,6 +44,8 @@ func TestParseErrors(t *testing.T) {
 		{"fail/agent-exe-star-inside", "[[agent]]\nname = \"a\"\nexe = [\"/bin/*/x\"]", 3, "not a pattern"},
 		{"fail/agent-key-bad", "[[agent]]\nname = \"a\"\nkey = [\"ssh-ed25519 AAAA\"]", 3, `must start with "ed25519:"`},
 		{"fail/agent-key-short", "[[agent]]\nname = \"a\"\nkey = [\"ed25519:AAAA\"]", 3, "43 base64url"},
+		{"fail/agent-key-small-order", "[[agent]]\nname = \"a\"\nkey = [\"ed25519:AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"]", 3, "small-order"},
+		{"fail/agent-key-non-canonical", "[[agent]]\nname = \"a\"\nkey = [\"ed25519:7v________________________________________8\"]", 3, "canonical"},
 		{"fail/agent-rate-zero", base + "rate = 0", 4, "rate must be between 1"},
 		{"fail/agent-pending-negative", base + "pending = -1", 4, "pending must be between 0"},
 		{"fail/agent-rate-float", base + "rate = 1.5", 4, "must be an integer"},
@@ -258,5 +263,21 @@ func TestDefault(t *testing.T) {
 	}
 	if d := q.Decide(Caller{UID: 5}, Request{Svc: []string{"shop.example"}, Can: []string{"shop.buy"}, Per: usd(2000), Now: now}); d.Action != Ask || !d.Strong || len(d.Channels) != 1 || d.Channels[0] != Phone {
 		t.Errorf("shop example decides %+v", d)
+	}
+}
+
+// TestAgentKeyRefusesKeylessKeys: a policy's key = matcher accepts no key
+// for which anyone can forge a signature (issue 10 item 1), in any
+// encoding, nor any non-canonical spelling of a key.
+func TestAgentKeyRefusesKeylessKeys(t *testing.T) {
+	for _, k := range append(testkeys.SmallOrder(), testkeys.NonCanonical()...) {
+		t.Run("fail/"+k.Name, func(t *testing.T) {
+			src := "[[agent]]\nname = \"a\"\nkey = [\"" + grant.FormatPublicKey(k.Key) + "\"]"
+			_, err := Parse([]byte(src), "p.toml")
+			var pe *ParseError
+			if !errors.As(err, &pe) || pe.Line != 3 {
+				t.Errorf("Parse = %v, want a refusal at line 3", err)
+			}
+		})
 	}
 }

@@ -7,15 +7,6 @@ import "strings"
 // empty prefix and matches all. A "*" anywhere but at the end is not a
 // pattern this package accepts.
 
-// validPattern reports whether p is a well-formed pattern.
-func validPattern(p string) bool {
-	if p == "" {
-		return false
-	}
-	i := strings.IndexByte(p, '*')
-	return i < 0 || i == len(p)-1
-}
-
 // match reports whether pattern p matches the capability name c.
 func match(p, c string) bool {
 	if pre, ok := strings.CutSuffix(p, "*"); ok {

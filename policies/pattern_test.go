@@ -67,27 +67,6 @@ func TestMatch(t *testing.T) {
 	}
 }
 
-func TestValidPattern(t *testing.T) {
-	tests := []struct {
-		p    string
-		want bool
-	}{
-		{"*", true}, {"a", true}, {"a.*", true}, {"a*", true},
-		{"", false}, {"**", false}, {"a*b", false}, {"*a", false}, {"a.*.b", false},
-	}
-	for _, tt := range tests {
-		name := "ok/" + tt.p
-		if !tt.want {
-			name = "fail/" + tt.p
-		}
-		t.Run(name, func(t *testing.T) {
-			if got := validPattern(tt.p); got != tt.want {
-				t.Errorf("validPattern(%q) = %v, want %v", tt.p, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestIntersectPatterns(t *testing.T) {
 	tests := []struct {
 		name           string

@@ -54,7 +54,7 @@ func genRisk(rng *rand.Rand) string {
 func genRule(rng *rand.Rand, i int) *rule {
 	u := &rule{name: fmt.Sprintf("r%d", i), agents: []string{"*"}}
 	u.action = []Action{Auto, Auto, Ask, Ask, Deny}[rng.IntN(5)]
-	u.scope = scope{svc: genNames(rng, genSvc), verbs: genNames(rng, verbs), can: genNames(rng, genPatterns)}
+	u.scope = scope{svc: genNames(rng, genSvc), verbs: genNames(rng, grant.ParleyVerbs()), can: genNames(rng, genPatterns)}
 	if u.action == Deny {
 		return u
 	}
@@ -94,7 +94,7 @@ func genChannels(rng *rand.Rand) []Channel {
 }
 
 func genRequest(rng *rand.Rand) Request {
-	r := Request{Svc: genNames(rng, genSvc), Verbs: genNames(rng, verbs), Can: genNames(rng, genPatterns), Now: now}
+	r := Request{Svc: genNames(rng, genSvc), Verbs: genNames(rng, grant.ParleyVerbs()), Can: genNames(rng, genPatterns), Now: now}
 	if rng.IntN(3) != 0 {
 		r.Exp = now + 1 + int64(rng.IntN(10000))
 	}

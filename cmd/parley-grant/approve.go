@@ -24,7 +24,8 @@ func newApproveCmd() *cobra.Command {
 		Long: `approve shows the request as the daemon rendered it, then asks for the match
 code that the requesting terminal shows. A wrong code denies the request: if
 the codes differ, another request may be racing the one you expect.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRequest,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			c, err := dialDaemon()
@@ -78,9 +79,10 @@ the codes differ, another request may be racing the one you expect.`,
 
 func newDenyCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "deny ID",
-		Short: "Deny a waiting request",
-		Args:  cobra.ExactArgs(1),
+		Use:               "deny ID",
+		Short:             "Deny a waiting request",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRequest,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := dialDaemon()
 			if err != nil {

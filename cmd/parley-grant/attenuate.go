@@ -4,7 +4,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -80,7 +79,7 @@ Example: give a sub-agent read-only use of the calendar for ten minutes:
 			if len(cavs) == 0 {
 				warnf("no caveat flags: the new grant can do all the old one can, only the holder changes")
 			}
-			for _, w := range narrowWarnings(t, cavs, now.Unix()) {
+			for _, w := range narrowWarnings(t, cavs, now.Unix(), flagStyle) {
 				warnf("%s", w)
 			}
 			out, err := t.Delegate(key, toKey, cavs, now.Unix())
@@ -95,7 +94,7 @@ Example: give a sub-agent read-only use of the calendar for ten minutes:
 	fs.StringVar(&to, "to", "", "the public key of the new holder, ed25519:… (required)")
 	fs.StringVar(&keyPath, "key", "", "your agent key file, the grant's holder (default $PARLEY_AGENT_KEY, else ~/.config/parley/agent.key)")
 	fs.StringVar(&nowFlag, "now", "", nowUsage)
-	cf.register(fs, true)
+	cf.register(cmd, true)
 	return cmd
 }
 
@@ -108,201 +107,83 @@ func chainMessage(err error) string {
 	return err.Error()
 }
 
-// parentLimits gathers what the caveats of a grant already allow.
-type parentLimits struct {
-	svc, verbs [][]string // each svc (verbs) caveat's list
-	can        [][]string
-	exp        *int64 // earliest exp
-	nbf        *int64 // latest nbf
-	per, spend []grant.Money
-	risk       *int // lowest risk rank
-	only       []string
-}
-
-func limitsOf(t *grant.Token) parentLimits {
-	var l parentLimits
-	for _, b := range t.Blocks {
-		for _, c := range b.Payload.Caveats {
-			switch c.Name {
-			case grant.CaveatSvc, grant.CaveatVerbs, grant.CaveatCan:
-				ss, err := c.Strings()
-				if err != nil {
-					continue
-				}
-				switch c.Name {
-				case grant.CaveatSvc:
-					l.svc = append(l.svc, ss)
-				case grant.CaveatVerbs:
-					l.verbs = append(l.verbs, ss)
-				default:
-					l.can = append(l.can, ss)
-				}
-			case grant.CaveatExp:
-				if n, err := c.Int(); err == nil && (l.exp == nil || n < *l.exp) {
-					l.exp = &n
-				}
-			case grant.CaveatNbf:
-				if n, err := c.Int(); err == nil && (l.nbf == nil || n > *l.nbf) {
-					l.nbf = &n
-				}
-			case grant.CaveatPer, grant.CaveatSpend:
-				if m, err := c.Money(); err == nil {
-					if c.Name == grant.CaveatPer {
-						l.per = append(l.per, m)
-					} else {
-						l.spend = append(l.spend, m)
-					}
-				}
-			case grant.CaveatRisk:
-				if s, err := c.Text(); err == nil {
-					if r, ok := grant.RiskRank(s); ok && (l.risk == nil || r < *l.risk) {
-						l.risk = &r
-					}
-				}
-			case grant.CaveatOnly:
-				if s, err := c.Text(); err == nil {
-					l.only = append(l.only, s)
-				}
-			}
-		}
-	}
-	return l
-}
-
 // narrowWarnings returns a sentence for each new caveat that cannot narrow
 // what t already allows, and for each list entry that t does not allow
-// anyway. The new caveats are still added: they are harmless.
-func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64) []string {
-	l := limitsOf(t)
+// anyway, naming arguments in style. The new caveats are still added: they
+// are harmless.
+func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64, style argStyle) []string {
 	var out []string
+	for _, n := range narrowNotes(t, cavs, now) {
+		out = append(out, n.render(style))
+	}
+	return out
+}
+
+// narrowNotes words, for the command line and the MCP binding, what grant
+// says about each new caveat (Token.Allowance, Allowance.Narrowing): what a
+// caveat means is grant's to say.
+func narrowNotes(t *grant.Token, cavs []grant.Caveat, now int64) []argText {
+	a := t.Allowance()
+	var notes []argText
 	for _, c := range cavs {
+		n := a.Narrowing(c, now)
 		switch c.Name {
 		case grant.CaveatSvc, grant.CaveatVerbs:
-			news, _ := c.Strings()
-			parent := l.svc
 			what := "service"
 			if c.Name == grant.CaveatVerbs {
-				parent, what = l.verbs, "verb"
+				what = "verb"
 			}
-			if len(parent) == 0 {
-				continue
+			if len(n.Outside) > 0 {
+				notes = append(notes, argf("%s %s: the grant does not allow %s anyway", argName(c.Name),
+					strings.Join(n.Outside, ","), plural(len(n.Outside), "this "+what, "these "+what+"s")))
 			}
-			allowed := intersect(parent)
-			var extra []string
-			for _, s := range news {
-				if !slices.Contains(allowed, s) {
-					extra = append(extra, s)
-				}
-			}
-			if len(extra) > 0 {
-				out = append(out, fmt.Sprintf("--%s %s: the grant does not allow %s anyway", c.Name,
-					strings.Join(extra, ","), plural(len(extra), "this "+what, "these "+what+"s")))
-			}
-			if subset(allowed, news) {
-				out = append(out, fmt.Sprintf("--%s narrows nothing: the grant already allows only %s", c.Name, wordsOrNone(allowed)))
+			if !n.Narrows {
+				allowed, _ := n.By.Strings()
+				notes = append(notes, argf("%s narrows nothing: the grant already allows only %s", argName(c.Name), wordsOrNone(allowed)))
 			}
 		case grant.CaveatCan:
-			news, _ := c.Strings()
-			for _, p := range l.can {
-				if coversAll(news, p) {
-					out = append(out, fmt.Sprintf("--can narrows nothing: the grant already allows only %s", strings.Join(p, ", ")))
-					break
-				}
+			if !n.Narrows {
+				p, _ := n.By.Strings()
+				notes = append(notes, argf("%s narrows nothing: the grant already allows only %s", argName("can"), strings.Join(p, ", ")))
 			}
 		case grant.CaveatExp:
-			n, _ := c.Int()
-			if l.exp != nil && n >= *l.exp {
-				out = append(out, fmt.Sprintf("--exp %s narrows nothing: the grant already expires at %s", timeWords(n), timeWords(*l.exp)))
+			if !n.Narrows {
+				v, _ := c.Int()
+				notes = append(notes, argf("%s %s narrows nothing: the grant already expires at %s", argName("exp"), timeWords(v), timeWords(a.Exp)))
 			}
 		case grant.CaveatNbf:
-			n, _ := c.Int()
+			v, _ := c.Int()
 			switch {
-			case l.nbf != nil && n <= *l.nbf:
-				out = append(out, fmt.Sprintf("--nbf %s narrows nothing: the grant is already not valid before %s", timeWords(n), timeWords(*l.nbf)))
-			case n <= now:
-				out = append(out, fmt.Sprintf("--nbf %s narrows nothing: that time has passed", timeWords(n)))
+			case n.Narrows:
+			case n.By.Name == grant.CaveatNbf:
+				notes = append(notes, argf("%s %s narrows nothing: the grant is already not valid before %s", argName("nbf"), timeWords(v), timeWords(a.Nbf)))
+			default:
+				notes = append(notes, argf("%s %s narrows nothing: that time has passed", argName("nbf"), timeWords(v)))
 			}
 		case grant.CaveatPer, grant.CaveatSpend:
-			m, _ := c.Money()
-			parent := l.per
-			if c.Name == grant.CaveatSpend {
-				parent = l.spend
-			}
-			for _, p := range parent {
-				if p.Currency == m.Currency && p.Amount <= m.Amount {
-					out = append(out, fmt.Sprintf("--%s %s narrows nothing: the grant already has %s %s", c.Name,
-						m.String(), c.Name, p.String()))
-					break
-				}
+			if !n.Narrows {
+				m, _ := c.Money()
+				p, _ := n.By.Money()
+				notes = append(notes, argf("%s %s narrows nothing: the grant already has %s %s", argName(c.Name),
+					m.String(), c.Name, p.String()))
 			}
 		case grant.CaveatRisk:
-			s, _ := c.Text()
-			r, _ := grant.RiskRank(s)
-			if l.risk != nil && *l.risk <= r {
-				out = append(out, fmt.Sprintf("--risk %s narrows nothing: the grant already allows at most risk %s", s, riskName(*l.risk)))
+			if !n.Narrows {
+				s, _ := c.Text()
+				notes = append(notes, argf("%s %s narrows nothing: the grant already allows at most risk %s", argName("risk"), s, a.Risk))
 			}
 		case grant.CaveatOnly:
 			s, _ := c.Text()
 			switch {
-			case slices.Contains(l.only, s):
-				out = append(out, "--only narrows nothing: the grant already commits only that proposal")
-			case len(l.only) > 0:
-				out = append(out, fmt.Sprintf("--only %s: the grant commits only the proposal %s, so no COMMIT can pass both", s, l.only[0]))
+			case !n.Narrows:
+				notes = append(notes, argf("%s narrows nothing: the grant already commits only that proposal", argName("only")))
+			case n.Excludes:
+				other, _ := n.By.Text()
+				notes = append(notes, argf("%s %s: the grant commits only the proposal %s, so no COMMIT can pass both", argName("only"), s, other))
 			}
 		}
 	}
-	return out
-}
-
-// intersect returns the entries common to all lists, in the order of the
-// first.
-func intersect(lists [][]string) []string {
-	var out []string
-	for _, s := range lists[0] {
-		in := true
-		for _, l := range lists[1:] {
-			if !slices.Contains(l, s) {
-				in = false
-				break
-			}
-		}
-		if in && !slices.Contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// subset reports whether every entry of a is in b.
-func subset(a, b []string) bool {
-	for _, s := range a {
-		if !slices.Contains(b, s) {
-			return false
-		}
-	}
-	return true
-}
-
-// coversAll reports whether every capability that some pattern of old
-// matches is matched by a pattern of news (§6.3, errata 1).
-func coversAll(news, old []string) bool {
-	for _, q := range old {
-		covered := false
-		for _, p := range news {
-			if prefix, ok := strings.CutSuffix(p, "*"); ok {
-				covered = strings.HasPrefix(q, prefix)
-			} else {
-				covered = p == q
-			}
-			if covered {
-				break
-			}
-		}
-		if !covered {
-			return false
-		}
-	}
-	return true
+	return notes
 }
 
 func wordsOrNone(ss []string) string {
@@ -317,8 +198,4 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
-}
-
-func riskName(r int) string {
-	return [...]string{grant.RiskLow, grant.RiskMedium, grant.RiskHigh}[r]
 }

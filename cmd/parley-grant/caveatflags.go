@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 )
 
 // caveatFlags holds the command-line form of the caveats of §6.3, shared by
@@ -29,12 +30,69 @@ type caveatFlags struct {
 	withOnly bool
 }
 
-// grantVerbs are the verbs a request can carry grants with (§3, §4).
-var grantVerbs = []string{"ASK", "INTENT", "COMMIT", "UNDO", "EXPAND"}
+// argName is the name of a caveat argument in a message. The command line
+// shows it as its flag (--exp), the MCP binding as the tool argument of the
+// same name (exp): each binding renders the same typed message its own way,
+// rather than rewriting the other's text.
+type argName string
 
-// register adds the caveat flags to fs. withOnly adds --only, which only
-// makes sense where a grant for one proposal can be asked for.
-func (f *caveatFlags) register(fs *pflag.FlagSet, withOnly bool) {
+// argStyle renders an argName for one binding.
+type argStyle func(argName) string
+
+var (
+	// flagStyle names arguments as the command line's flags.
+	flagStyle argStyle = func(n argName) string { return "--" + string(n) }
+	// toolStyle names arguments as the MCP tools' arguments.
+	toolStyle argStyle = func(n argName) string { return string(n) }
+)
+
+// argText is a sentence about caveat arguments: a format whose argName
+// operands are rendered by the binding that shows it.
+type argText struct {
+	format string
+	args   []any
+}
+
+func argf(format string, args ...any) argText { return argText{format, args} }
+
+// render returns the sentence with its argument names in style.
+func (a argText) render(style argStyle) string {
+	args := make([]any, len(a.args))
+	for i, v := range a.args {
+		if n, ok := v.(argName); ok {
+			v = style(n)
+		}
+		args[i] = v
+	}
+	return fmt.Errorf(a.format, args...).Error()
+}
+
+// argError is a caveat argument that cannot be used: the same error for
+// the command line (exit code 2, as --exp) and for the MCP tools
+// (invalid_params, as exp).
+type argError struct {
+	text argText
+	hint string
+}
+
+func (e *argError) Error() string { return e.text.render(flagStyle) }
+
+// Unwrap returns the cause the message wraps with %w, if any.
+func (e *argError) Unwrap() error {
+	return errors.Unwrap(fmt.Errorf(e.text.format, e.text.args...))
+}
+
+// badArg returns an argError as a usage error of the command line; the
+// MCP binding finds the argError inside (errors.As).
+func badArg(hint, format string, args ...any) error {
+	return usage(&argError{text: argf(format, args...), hint: hint}, hint)
+}
+
+// register adds the caveat flags to cmd, with the completion of their
+// values. withOnly adds --only, which only makes sense where a grant for one
+// proposal can be asked for.
+func (f *caveatFlags) register(cmd *cobra.Command, withOnly bool) {
+	fs := cmd.Flags()
 	fs.StringSliceVar(&f.svc, "svc", nil, "only at these services (repeatable, or comma-separated): the svc caveat")
 	fs.StringSliceVar(&f.verbs, "verbs", nil, "only these verbs, such as ASK,INTENT,COMMIT: the verbs caveat")
 	fs.StringSliceVar(&f.can, "can", nil, "only capabilities matching these patterns, such as 'calendar.*' (repeatable): the can caveat")
@@ -47,12 +105,14 @@ func (f *caveatFlags) register(fs *pflag.FlagSet, withOnly bool) {
 		f.withOnly = true
 		fs.StringVar(&f.only, "only", "", "COMMIT only the proposal with this hash (see parley-grant hash)")
 	}
+	cmd.RegisterFlagCompletionFunc("verbs", completeVerbs)
+	cmd.RegisterFlagCompletionFunc("risk", completeRisk)
 }
 
 // caveats returns the caveats the flags ask for, in the order svc, verbs,
 // can, nbf, exp, per, spend, risk, only. Relative times count from now.
 // Every caveat it returns passes grant.Caveat.Check. Its errors are usage
-// errors that name the flag.
+// errors holding an *argError, which names the argument.
 func (f *caveatFlags) caveats(now time.Time) ([]grant.Caveat, error) {
 	var out []grant.Caveat
 	if f.svc != nil {
@@ -75,9 +135,9 @@ func (f *caveatFlags) caveats(now time.Time) ([]grant.Caveat, error) {
 			return nil, err
 		}
 		for _, p := range pats {
-			if i := strings.IndexByte(p, '*'); i >= 0 && i != len(p)-1 {
-				return nil, usagef("a pattern is a name, or a prefix followed by * such as 'calendar.*'",
-					"--can %q: * may only end a pattern", p)
+			if !grant.ValidPattern(p) {
+				return nil, badArg("a pattern is a name, or a prefix followed by * such as 'calendar.*'",
+					"%s %q: * may only end a pattern", argName("can"), p)
 			}
 		}
 		out = append(out, grant.Can(pats...))
@@ -86,7 +146,7 @@ func (f *caveatFlags) caveats(now time.Time) ([]grant.Caveat, error) {
 	if f.nbf != "" {
 		t, err := parseTime(f.nbf, now)
 		if err != nil {
-			return nil, usage(fmt.Errorf("--nbf: %w", err), timeHint)
+			return nil, badArg(timeHint, "%s: %w", argName("nbf"), err)
 		}
 		nbf = t.Unix()
 		out = append(out, grant.Nbf(nbf))
@@ -94,44 +154,44 @@ func (f *caveatFlags) caveats(now time.Time) ([]grant.Caveat, error) {
 	if f.exp != "" {
 		t, err := parseTime(f.exp, now)
 		if err != nil {
-			return nil, usage(fmt.Errorf("--exp: %w", err), timeHint)
+			return nil, badArg(timeHint, "%s: %w", argName("exp"), err)
 		}
 		exp = t.Unix()
 		if exp <= now.Unix() {
-			return nil, usagef("give a time in the future, or a duration such as 1h",
-				"--exp %s is not in the future", timeWords(exp))
+			return nil, badArg("give a time in the future, or a duration such as 1h",
+				"%s %s is not in the future", argName("exp"), timeWords(exp))
 		}
 		if f.nbf != "" && nbf >= exp {
-			return nil, usagef("", "--nbf %s is not before --exp %s: the grant would never be valid",
-				timeWords(nbf), timeWords(exp))
+			return nil, badArg("", "%s %s is not before %s %s: the grant would never be valid",
+				argName("nbf"), timeWords(nbf), argName("exp"), timeWords(exp))
 		}
 		out = append(out, grant.Exp(exp))
 	}
 	if f.per != "" {
 		m, err := grant.ParseMoney(f.per)
 		if err != nil {
-			return nil, usage(fmt.Errorf("--per: %w", err), moneyHint)
+			return nil, badArg(moneyHint, "%s: %w", argName("per"), err)
 		}
 		out = append(out, grant.Per(m))
 	}
 	if f.spend != "" {
 		m, err := grant.ParseMoney(f.spend)
 		if err != nil {
-			return nil, usage(fmt.Errorf("--spend: %w", err), moneyHint)
+			return nil, badArg(moneyHint, "%s: %w", argName("spend"), err)
 		}
 		out = append(out, grant.Spend(m))
 	}
 	if f.risk != "" {
 		level := strings.ToLower(strings.TrimSpace(f.risk))
 		if _, ok := grant.RiskRank(level); !ok {
-			return nil, usagef("", "--risk %q: want low, medium or high", f.risk)
+			return nil, badArg("", "%s %q: want low, medium or high", argName("risk"), f.risk)
 		}
 		out = append(out, grant.Risk(level))
 	}
 	if f.only != "" {
 		if !isHash(f.only) {
-			return nil, usagef("compute a proposal's hash with: parley-grant hash FILE",
-				"--only %q: not a proposal hash (43 characters of b64url)", f.only)
+			return nil, badArg("compute a proposal's hash with: parley-grant hash FILE",
+				"%s %q: not a proposal hash (43 characters of b64url)", argName("only"), f.only)
 		}
 		out = append(out, grant.Only(f.only))
 	}
@@ -139,7 +199,7 @@ func (f *caveatFlags) caveats(now time.Time) ([]grant.Caveat, error) {
 		// The flags above build only well-formed caveats, but a list
 		// may still be over a cap of the token format.
 		if err := c.Check(); err != nil {
-			return nil, usage(fmt.Errorf("--%s: %w", c.Name, err), "")
+			return nil, badArg("", "%s: %w", argName(c.Name), err)
 		}
 	}
 	return out, nil
@@ -157,7 +217,7 @@ func listFlag(name string, vals []string) ([]string, error) {
 	for _, v := range vals {
 		v = strings.TrimSpace(v)
 		if v == "" {
-			return nil, usagef("", "--%s: an empty entry", name)
+			return nil, badArg("", "%s: an empty entry", argName(name))
 		}
 		if !seen[v] {
 			seen[v] = true
@@ -165,7 +225,7 @@ func listFlag(name string, vals []string) ([]string, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, usagef("", "--%s: no entries", name)
+		return nil, badArg("", "%s: no entries", argName(name))
 	}
 	return out, nil
 }
@@ -182,7 +242,7 @@ func parseVerbs(vals []string) ([]string, error) {
 	for _, v := range vs {
 		u, err := parseVerb(v)
 		if err != nil {
-			return nil, usage(fmt.Errorf("--verbs: %w", err), "")
+			return nil, badArg("", "%s: %w", argName("verbs"), err)
 		}
 		if !seen[u] {
 			seen[u] = true
@@ -192,15 +252,15 @@ func parseVerbs(vals []string) ([]string, error) {
 	return out, nil
 }
 
-// parseVerb returns v in upper case when it is a verb that carries grants.
+// parseVerb returns v in upper case when it is a verb that carries grants
+// (grant.GrantVerbs: §3, §4).
 func parseVerb(v string) (string, error) {
 	u := strings.ToUpper(strings.TrimSpace(v))
-	for _, g := range grantVerbs {
-		if u == g {
-			return u, nil
-		}
+	verbs := grant.GrantVerbs()
+	if slices.Contains(verbs, u) {
+		return u, nil
 	}
-	return "", fmt.Errorf("%q is not one of %s", v, strings.Join(grantVerbs, ", "))
+	return "", fmt.Errorf("%q is not one of %s", v, strings.Join(verbs, ", "))
 }
 
 // isHash reports whether s has the form of a proposal hash: the b64url of

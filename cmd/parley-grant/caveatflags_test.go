@@ -219,29 +219,6 @@ func TestRelWords(t *testing.T) {
 	}
 }
 
-func TestCoversAll(t *testing.T) {
-	tests := []struct {
-		name      string
-		news, old []string
-		want      bool
-	}{
-		{"ok/star-covers-all", []string{"*"}, []string{"a.b", "c.*"}, true},
-		{"ok/prefix-covers-exact", []string{"cal.*"}, []string{"cal.find"}, true},
-		{"ok/prefix-covers-narrower-prefix", []string{"cal.*"}, []string{"cal.ev.*"}, true},
-		{"ok/same", []string{"cal.find"}, []string{"cal.find"}, true},
-		{"fail/exact-does-not-cover-prefix", []string{"cal.find"}, []string{"cal.*"}, false},
-		{"fail/narrower", []string{"cal.find"}, []string{"cal.find", "cal.book"}, false},
-		{"fail/other", []string{"shop.*"}, []string{"cal.find"}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := coversAll(tt.news, tt.old); got != tt.want {
-				t.Errorf("coversAll(%q, %q) = %v, want %v", tt.news, tt.old, got, tt.want)
-			}
-		})
-	}
-}
-
 func checkErr(t *testing.T, err error, want string) {
 	t.Helper()
 	switch {

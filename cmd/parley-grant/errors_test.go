@@ -32,8 +32,9 @@ func wantLines(t *testing.T, stderr string, message, hint string) {
 // that user may not open.
 func TestErrorSocketPermission(t *testing.T) {
 	testpeer.RequirePeers(t)
-	agentUID, agentGID := testpeer.EnsureUser(t, "parley-test-agent")
-	_, humanGID := testpeer.EnsureUser(t, "parley-test-human")
+	agent, human := testpeer.Name("agent"), testpeer.Name("human")
+	agentUID, agentGID := testpeer.EnsureUser(t, agent)
+	humanUID, humanGID := testpeer.EnsureUser(t, human)
 	shared := testpeer.SharedDir(t)
 	sock := filepath.Join(shared, "agent.sock")
 	startDaemon(t, journeyPolicy, func(c *keyd.Config) { c.Socket = sock })
@@ -42,7 +43,7 @@ func TestErrorSocketPermission(t *testing.T) {
 	bin := filepath.Join(shared, "parley-grant")
 	copyExecutable(t, cliBinary(t), bin)
 
-	humanUID, _ := testpeer.EnsureUser(t, "parley-test-human")
+	a, h := regexp.QuoteMeta(agent), regexp.QuoteMeta(human)
 	cases := []struct {
 		name string
 		uid  int
@@ -53,13 +54,13 @@ func TestErrorSocketPermission(t *testing.T) {
 		// The daemon's own group can read its configuration: never the
 		// group to join.
 		{"fail/daemons-own-group", int(humanUID), int(humanGID), 0o660,
-			`the socket's group is the daemon's own group parley-test-human, which can read its configuration: an admin sets socket_group = "parley-agents" in parley-keyd's config\.toml \(SocketGroup= in parley-keyd\.socket under systemd\), restarts it, and runs: sudo usermod -aG parley-agents parley-test-agent, then you log in again`},
+			`the socket's group is the daemon's own group ` + h + `, which can read its configuration: an admin sets socket_group = "parley-agents" in parley-keyd's config\.toml \(SocketGroup= in parley-keyd\.socket under systemd\), restarts it, and runs: sudo usermod -aG parley-agents ` + a + `, then you log in again`},
 		{"fail/owner-only-root-group", 0, 0, 0o600,
-			`the socket's group is root: an admin gives it the group parley-agents \(SocketGroup= in parley-keyd\.socket\) and runs: sudo usermod -aG parley-agents parley-test-agent, then you log in again`},
+			`the socket's group is root: an admin gives it the group parley-agents \(SocketGroup= in parley-keyd\.socket\) and runs: sudo usermod -aG parley-agents ` + a + `, then you log in again`},
 		{"fail/not-in-group", 0, int(humanGID), 0o660,
-			`ask an admin to run: sudo usermod -aG parley-test-human parley-test-agent, then log in again \(or run: newgrp parley-test-human\)`},
+			`ask an admin to run: sudo usermod -aG ` + h + ` ` + a + `, then log in again \(or run: newgrp ` + h + `\)`},
 		{"fail/group-may-not-write", 0, int(humanGID), 0o640,
-			`the socket is mode 0640, so only its owner may connect: an admin sets socket_mode = "0660" in parley-keyd's config\.toml, restarts it, and runs: sudo usermod -aG parley-test-human parley-test-agent, then log in again \(or run: newgrp parley-test-human\)`},
+			`the socket is mode 0640, so only its owner may connect: an admin sets socket_mode = "0660" in parley-keyd's config\.toml, restarts it, and runs: sudo usermod -aG ` + h + ` ` + a + `, then log in again \(or run: newgrp ` + h + `\)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -77,7 +77,7 @@ the daemon is locked.`,
 			return refused
 		},
 	}
-	cf.register(cmd.Flags(), false)
+	cf.register(cmd, false)
 	cmd.Flags().StringVar(&keyPath, "key", "", "agent key file")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the explanation as JSON")
 	return cmd

@@ -55,7 +55,7 @@ Example:
 			return nil
 		},
 	}
-	cf.register(cmd.Flags(), false)
+	cf.register(cmd, false)
 	cmd.Flags().StringVar(&keyPath, "key", "", "agent key file (default $PARLEY_AGENT_KEY or ~/.config/parley/agent.key)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole reply as JSON")
 	return cmd

@@ -46,6 +46,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+
+	"github.com/parley-keyd/parley-keyd/internal/buildinfo"
 	"github.com/spf13/cobra"
 )
 
@@ -116,10 +119,11 @@ proofs of possession (proof), and computes proposal hashes and Lens text
 Stdout carries only the result; messages go to stderr. Exit codes:
 0 ok, 1 failure, 2 usage, 3 unauthorized, 4 forbidden, 5 consent required,
 6 denied, 7 timed out, 8 daemon unreachable, 9 rate limited, 10 locked.`,
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       protocol.DaemonVersion,
 	}
+	root.SetVersionTemplate(buildinfo.Text("parley-grant", protocol.DaemonVersion))
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		return usagef("run parley-grant --help for the commands", "no command given")
 	}

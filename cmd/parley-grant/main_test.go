@@ -11,14 +11,16 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/clitest"
+	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // TestMain lets the test binary run as the real parley-grant binary inside
 // scripts: testscript puts it on PATH under that name. parley-keyd, which
-// the daemon-facing scripts need as well, is built by clitest.
+// the daemon-facing scripts need as well, is built by clitest. After the
+// tests it removes what they built and the OS users they created.
 func TestMain(m *testing.M) {
-	testscript.Main(cleanupM{m, clitest.Cleanup}, map[string]func(){
+	testscript.Main(cleanupM{m, func() { clitest.Cleanup(); testpeer.Cleanup() }}, map[string]func(){
 		"parley-grant": func() { os.Exit(run()) },
 	})
 }

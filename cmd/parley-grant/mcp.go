@@ -6,9 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
+	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/keyd/client"
@@ -28,15 +27,11 @@ import (
 // mcpInstructions tell the model what the server is for.
 const mcpInstructions = `parley-keyd tools get, use and pass on Parley grants (pg1. tokens) for this agent.
 Start with parley_status: it says what you may ask for without a human.
-Ask for the least you need (parley_request_grant); a request beyond the policy needs a human, who must see the match code this server sends in progress messages.
+Ask for the least you need (parley_request_grant); a request beyond the policy needs a human, who must see the match code.
+A call waits for the human up to 45 s; if they have not decided by then, it returns status "waiting" with the request id, the match code and the time left: show the code to the human, then call parley_wait with the request id until the status is "issued" (or a refusal comes).
 Send grants to a Parley service with a proof from parley_proof.
 When a service answers a COMMIT with consent_required, call parley_request_consent with its ERROR frame and PROPOSALS frame exactly as received.
 Refusals are tool errors whose first line is "<code>: <sentence>"; a "fix:" line says what to do.`
-
-// progressEvery is how often a waiting tool call repeats the match code,
-// which also keeps clients that reset their timeout on progress waiting. A
-// variable for tests.
-var progressEvery = 15 * time.Second
 
 func newMCPCmd() *cobra.Command {
 	var keyPath string
@@ -50,6 +45,8 @@ clients that speak MCP. Its tools are the agent's operations:
     parley_request_grant    ask for a grant, as issue does
     parley_explain          which rule would decide such a request
     parley_request_consent  ask the human to consent to one proposal, as consent does
+    parley_wait             wait on for a request that waits for a human
+    parley_withdraw         take such a request back
     parley_attenuate        narrow a grant for a sub-agent key, as attenuate does
     parley_inspect          show a grant's blocks, as inspect does
     parley_proof            sign a proof of possession, as proof does
@@ -57,9 +54,16 @@ clients that speak MCP. Its tools are the agent's operations:
 It reads the agent key (--key, $PARLEY_AGENT_KEY, ~/.config/parley/agent.key)
 and the socket (--socket, $PARLEY_KEYD_SOCKET) like the other commands, and
 goes through exactly the same daemon checks: it has no rights of its own and
-cannot approve anything. While a request waits for a human, the match code is
-sent as MCP progress and log messages, written to stderr, and repeated in the
-result.
+cannot approve anything.
+
+A request that needs a human waits in this server, not in the tool call: a
+call waits for the decision up to 45 s (its wait argument, 0 to 50), inside
+the 60 s that MCP clients such as the TypeScript SDK's give a call by
+default, then returns status "waiting" with the request id, the match code
+and the time left; parley_wait waits on. The match code also goes out as MCP
+progress (when the client asks for progress) and log messages, and to
+stderr. Cancelling a call leaves the request waiting; parley_withdraw takes
+it back, and it is withdrawn when this server exits.
 
 Example client configuration:
 
@@ -68,7 +72,7 @@ Example client configuration:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := interruptible()
 			defer cancel()
-			err := newMCPServer(keyPath).Run(ctx, &mcp.StdioTransport{})
+			err := newMCPServer(keyPath).Run(ctx, &stdioTransport{in: os.Stdin, out: os.Stdout})
 			if err != nil && ctx.Err() == nil {
 				return fail(fmt.Errorf("mcp: %w", err), "")
 			}
@@ -79,9 +83,11 @@ Example client configuration:
 	return cmd
 }
 
-// mcpTools binds the tools to one agent key path.
+// mcpTools binds the tools to one agent key path, and holds the requests
+// that wait for a human.
 type mcpTools struct {
 	keyPath string
+	reqs    humanRequests
 }
 
 // newMCPServer returns the MCP server with every tool, reading the agent
@@ -92,6 +98,9 @@ func newMCPServer(keyPath string) *mcp.Server {
 		&mcp.ServerOptions{Instructions: mcpInstructions})
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: new(false)}
 	asks := &mcp.ToolAnnotations{DestructiveHint: new(false), OpenWorldHint: new(false)}
+	waiting := fmt.Sprintf("A call waits for the human up to wait seconds (default %d, at most %d); "+
+		"if they have not decided by then, the result has status \"waiting\", the request id, the match code "+
+		"and the seconds left: show the code to the human and call parley_wait with the request id. ", callWaitDefault, callWaitMax)
 
 	mcp.AddTool(s, &mcp.Tool{Name: "parley_status", Title: "What may I ask for?", Annotations: readOnly,
 		Description: "Ask parley-keyd what this agent may ask for: the principal key that signs grants, " +
@@ -102,10 +111,10 @@ func newMCPServer(keyPath string) *mcp.Server {
 		Description: "Ask parley-keyd for a grant (a pg1. token) held by this agent's key, narrowed by the " +
 			"caveats you give; ask for the least you need. Formats: svc [\"shop.example\"]; verbs [\"ASK\",\"INTENT\",\"COMMIT\"]; " +
 			"can [\"calendar.*\"]; exp \"1h\" (or 90s, 10m, 7d, RFC 3339, unix seconds); per and spend \"20.00USD\"; " +
-			"risk low|medium|high. The policy issues it at once, or a human must approve: then the call waits " +
-			"(up to the approval timeout of parley_status) and sends the match code in progress messages; " +
-			"the human must be shown that code. Present the token in a Parley request's grants with a proof " +
-			"from parley_proof. Errors: forbidden (policy; see parley_explain), denied, timeout, limit."}, t.requestGrant)
+			"risk low|medium|high. The policy issues it at once (status \"issued\"), or a human must approve it, " +
+			"after they enter the match code, which you must show them. " + waiting +
+			"Present the token in a Parley request's grants with a proof from parley_proof. " +
+			"Errors: forbidden (policy; see parley_explain), denied, timeout, limit."}, t.requestGrant)
 	mcp.AddTool(s, &mcp.Tool{Name: "parley_explain", Title: "Explain a grant request", Annotations: readOnly,
 		Description: "Say which policy rule would decide a parley_request_grant with the same arguments " +
 			"(auto, ask or deny), and what it would issue after narrowing. Signs nothing and asks nobody."}, t.explain)
@@ -114,10 +123,20 @@ func newMCPServer(keyPath string) *mcp.Server {
 			"parley-keyd to consent to that one proposal. Pass service (its id), consent (the whole ERROR frame " +
 			"or its consent object) and proposal (the whole PROPOSALS frame or the proposal), exactly as the " +
 			"service sent them, as JSON objects or strings; never edit them: a proposal that does not match its " +
-			"hash is refused (conflict) and never shown. The call waits while the human reads the daemon's " +
-			"rendering and decides; the match code comes in progress messages. The result is a consent grant: " +
-			"re-send the COMMIT with it in grants and a COMMIT proof for the proposal hash. It allows that one " +
-			"COMMIT and nothing else."}, t.requestConsent)
+			"hash is refused (conflict) and never shown. The human reads the daemon's rendering and decides. " + waiting +
+			"The grant is a consent grant: re-send the COMMIT with it in grants and a COMMIT proof for the " +
+			"proposal hash. It allows that one COMMIT and nothing else."}, t.requestConsent)
+	mcp.AddTool(s, &mcp.Tool{Name: "parley_wait", Title: "Wait for a human's decision", Annotations: readOnly,
+		Description: "Wait on for a request of parley_request_grant or parley_request_consent that returned status " +
+			"\"waiting\": up to wait seconds (default " + fmt.Sprint(callWaitDefault) + "). The result is the grant " +
+			"(status \"issued\"), a refusal (denied, timeout), or status \"waiting\" again with the seconds left: " +
+			"call again while it waits. The request waits in this MCP server until the human decides or it times " +
+			"out, even when a call is cancelled. not_found: no such request waits here (its result was returned " +
+			"already, or it was withdrawn)."}, t.wait)
+	mcp.AddTool(s, &mcp.Tool{Name: "parley_withdraw", Title: "Withdraw a waiting request",
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: new(false), OpenWorldHint: new(false)},
+		Description: "Take back a request that waits for a human (status \"waiting\"), so that nobody can approve it " +
+			"any more. Use it when you no longer need what you asked for."}, t.withdraw)
 	mcp.AddTool(s, &mcp.Tool{Name: "parley_attenuate", Title: "Narrow a grant for a sub-agent",
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: false, OpenWorldHint: new(false)},
 		Description: "Narrow a grant you hold and hand it to another key (a sub-agent): appends a block signed " +
@@ -132,18 +151,32 @@ func newMCPServer(keyPath string) *mcp.Server {
 		Description: "Sign the proof of possession that must go with grants in a Parley request (§6.5), with this " +
 			"agent's key: {key, ts, sig}, accepted for 300 s. aud is the service id. target depends on verb: " +
 			"COMMIT the proposal hash; UNDO the receipt id; ASK and INTENT the capability; EXPAND the handle."}, t.proof)
-	s.AddReceivingMiddleware(codeEveryToolError)
+	s.AddReceivingMiddleware(guardToolCalls)
 	return s
 }
 
-// codeEveryToolError gives the tool errors that the SDK makes itself, for
-// arguments that do not fit a tool's input schema, the same first line as
-// the tools' own: "invalid_params: …".
-func codeEveryToolError(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		res, err := next(ctx, method, req)
+// guardToolCalls keeps every tool call an answer in the tools' own form. A
+// call the SDK refuses before any tool runs (a name no tool has, params that
+// are not an object) stays the SDK's JSON-RPC error; a tool error the SDK
+// makes itself, for arguments that do not fit a tool's input schema, gets
+// the first line the tools' own have ("invalid_params: …"); and a panic in
+// a tool becomes an "internal" tool error rather than the end of the server
+// and of every other call.
+func guardToolCalls(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		defer func() {
+			if r := recover(); r != nil {
+				infof("internal error in a tool call: %v", r)
+				res, err = (&toolError{Code: string(protocol.CodeInternal), Message: "parley-grant mcp met a bug in this call; the server goes on",
+					Fix: "report it with the tool name and arguments"}).result(), nil
+			}
+		}()
+		res, err = next(ctx, method, req)
 		r, ok := res.(*mcp.CallToolResult)
-		if !ok || !r.IsError || len(r.Content) != 1 {
+		if !ok || r == nil || !r.IsError || len(r.Content) != 1 {
 			return res, err
 		}
 		var te *toolError
@@ -181,48 +214,43 @@ func (e *toolError) Error() string {
 	return b.String()
 }
 
+// result returns e as a tool error result.
+func (e *toolError) result() *mcp.CallToolResult {
+	r := &mcp.CallToolResult{}
+	r.SetError(e)
+	return r
+}
+
+// codeCancelled is the code of a tool call that its client cancelled. It is
+// not a daemon code: the daemon never saw the call end.
+const codeCancelled = "cancelled"
+
 // toToolError turns any error of the CLI's helpers or the daemon into a
-// toolError. The daemon's refusals keep their code; local failures get the
-// daemon code that fits (invalid_params for arguments and the agent key,
-// unavailable for a daemon that cannot be reached, unauthorized for a
-// socket this user may not open).
-func toToolError(err error) error {
+// toolError, by the error's type and the daemon's code, never by its text:
+//
+//   - a caveat argument that cannot be used (*argError) is invalid_params,
+//     naming the argument as the tool calls it;
+//   - a daemon refusal (*protocol.Error) keeps its code, sentence and rule, with
+//     a fix in the tools' words (refusalFix);
+//   - a daemon that cannot be reached is unavailable, or unauthorized for a
+//     socket this user may not open;
+//   - other local failures (the agent key, a token that does not decode)
+//     are invalid_params with the CLI's sentence and hint.
+func toToolError(err error) *toolError {
 	var te *toolError
 	if errors.As(err, &te) {
 		return te
 	}
-	te = toolErrorOf(err)
-	te.Message, te.Fix = forModel(te.Message), forModel(te.Fix)
-	return te
-}
-
-// cliWords maps the CLI's words in shared messages to the MCP tools' words.
-var cliWords = strings.NewReplacer(
-	"parley-grant explain (same flags)", "parley_explain (same arguments)",
-	"parley-grant explain", "parley_explain",
-)
-
-// flagName matches a caveat flag named in a shared message, such as
-// "--exp"; the tools take these as arguments of the same name. Other flags
-// (--socket, --key) belong to parley-grant mcp itself and keep their form.
-var flagName = regexp.MustCompile(`(^|[^\w-])--(svc|verbs|can|exp|nbf|per|spend|risk|only|to)\b`)
-
-// forModel rewrites a message shared with the CLI so that it names the
-// tools' arguments ("exp") and tools rather than flags and commands.
-func forModel(s string) string {
-	return flagName.ReplaceAllString(cliWords.Replace(s), "$1$2")
-}
-
-func toolErrorOf(err error) *toolError {
+	var ae *argError
+	if errors.As(err, &ae) {
+		return &toolError{Code: string(protocol.CodeInvalidParams), Message: ae.text.render(toolStyle), Fix: ae.hint}
+	}
 	var ke *protocol.Error
 	if errors.As(err, &ke) {
-		e := &toolError{Code: string(ke.Code), Message: ke.Message, Rule: ke.Rule, Fix: ke.Fix}
-		var ee *exitError
-		// daemonError adds the CLI's hints: one wording for both bindings.
-		if e.Fix == "" && errors.As(daemonError(err), &ee) {
-			e.Fix = ee.hint
-		}
-		return e
+		return &toolError{Code: string(ke.Code), Message: ke.Message, Rule: ke.Rule, Fix: refusalFix(ke)}
+	}
+	if errors.Is(err, context.Canceled) {
+		return &toolError{Code: codeCancelled, Message: "the call was cancelled"}
 	}
 	e := &toolError{Code: string(protocol.CodeInvalidParams), Message: err.Error()}
 	var ee *exitError
@@ -235,10 +263,32 @@ func toolErrorOf(err error) *toolError {
 			}
 		}
 	}
-	if errors.Is(err, context.Canceled) {
-		e.Code, e.Message = "cancelled", "the call was cancelled; the request was withdrawn"
-	}
 	return e
+}
+
+// refusalFix says what an agent that calls the tools can do about a daemon
+// refusal, chosen by its code: the daemon's own fix, except where that fix
+// names a command line that the tools replace, or where there is none.
+func refusalFix(e *protocol.Error) string {
+	switch e.Code {
+	case protocol.CodeForbidden:
+		if e.Rule != "" {
+			// A policy rule refused: the daemon's fix names the CLI's
+			// explain command.
+			return "see what the policy would allow with parley_explain (same arguments)"
+		}
+	case protocol.CodeDenied:
+		if e.Fix == "" {
+			return "the human said no; ask for less, or tell them first why you need it"
+		}
+	case protocol.CodeTimeout:
+		return "nobody decided in time; ask again, show the human the match code, and have them run: parley-grant pending, then parley-grant approve ID"
+	case protocol.CodeLimit:
+		if e.Fix == "" && e.Retry > 0 {
+			return fmt.Sprintf("try again in %d s", e.Retry)
+		}
+	}
+	return e.Fix
 }
 
 // textResult is a result whose content is text for the model.
@@ -287,112 +337,53 @@ func caveatWords(cavs []grant.Caveat) []string {
 	return out
 }
 
-// waiter tells the MCP client about a request that waits for a human: the
-// match code goes out as progress (when the client asked for progress) and
-// as a log message, on stderr, and into the result.
-type waiter struct {
-	ctx  context.Context
-	req  *mcp.CallToolRequest
-	mu   sync.Mutex
-	ev   *protocol.Event
-	step float64
-}
+// The status of a grant request's result.
+const (
+	statusIssued  = "issued"
+	statusWaiting = "waiting"
+)
 
-func (w *waiter) event(e protocol.Event) {
-	w.mu.Lock()
-	w.ev = &e
-	w.mu.Unlock()
-	infof("waiting for approval of %s; match code: %s", e.Request, e.Code)
-	w.notify()
-}
+// consentWhat names a consent grant in results.
+const consentWhat = "Consent grant"
 
-// match returns the request id and match code, once the daemon sent them.
-func (w *waiter) match() (id, code string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ev == nil {
-		return "", ""
-	}
-	return w.ev.Request, w.ev.Code
-}
-
-func (w *waiter) notify() {
-	w.mu.Lock()
-	e := w.ev
-	w.step++
-	step := w.step
-	w.mu.Unlock()
-	if e == nil || w.req.Session == nil {
-		return
-	}
-	msg := fmt.Sprintf("waiting for a human to approve request %s on %s; match code %s: show it to the human, who must enter the same code",
-		e.Request, strings.Join(e.Channels, " or "), e.Code)
-	if e.Expires > 0 {
-		msg += fmt.Sprintf(" (times out in %s)", time.Until(time.Unix(e.Expires, 0)).Round(time.Second))
-	}
-	// A client that stops reading must not stall the daemon client's read
-	// loop, which calls this: each notification gets a short deadline.
-	ctx, cancel := context.WithTimeout(w.ctx, notifyTimeout)
-	defer cancel()
-	if tok := w.req.Params.GetProgressToken(); tok != nil {
-		w.req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Message: msg, Progress: step})
-	}
-	//lint:ignore SA1019 logging is the one channel every client shows without a progress token; it stays functional through the deprecation window
-	w.req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "notice", Logger: "parley-keyd", Data: msg})
-}
-
-// notifyTimeout bounds one progress or log notification to the MCP client.
-const notifyTimeout = 2 * time.Second
-
-// run calls fn with the event callback, repeating the match code every
-// progressEvery until fn returns.
-func (w *waiter) run(fn func(events func(protocol.Event)) (*protocol.GrantResult, error)) (*protocol.GrantResult, error) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(progressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				w.notify()
-			}
-		}
-	}()
-	res, err := fn(w.event)
-	close(stop)
-	<-done
-	return res, err
-}
-
-// grantOutput is the result of parley_request_grant and
-// parley_request_consent.
+// grantOutput is the result of parley_request_grant, parley_request_consent
+// and parley_wait: a grant, or a request that still waits for a human.
 type grantOutput struct {
-	Token     string   `json:"token" jsonschema:"the grant: put it in a Parley request's grants"`
-	GrantID   string   `json:"grant_id"`
-	Expires   int64    `json:"expires" jsonschema:"unix seconds"`
-	ExpiresAt string   `json:"expires_at" jsonschema:"RFC 3339, UTC"`
-	Caveats   []any    `json:"caveats" jsonschema:"the caveats as signed (§6.3)"`
-	Allows    []string `json:"allows" jsonschema:"the caveats in words"`
-	Decision  string   `json:"decision" jsonschema:"auto (by policy) or ask (a human approved)"`
+	Status  string `json:"status" jsonschema:"issued: the grant is in token; waiting: no human decided yet: show match_code to the human and call parley_wait with request"`
+	Request string `json:"request" jsonschema:"the daemon's request id"`
+	// While waiting.
+	MatchCode   string   `json:"match_code,omitempty" jsonschema:"the code the human must enter (or entered) to approve"`
+	Channels    []string `json:"channels,omitempty" jsonschema:"waiting: where a human can approve it"`
+	Strong      bool     `json:"strong,omitempty" jsonschema:"waiting: only a strong channel may approve it"`
+	DecideBy    int64    `json:"decide_by,omitempty" jsonschema:"waiting: unix seconds at which the request times out"`
+	DecideByAt  string   `json:"decide_by_at,omitempty" jsonschema:"waiting: decide_by in RFC 3339, UTC"`
+	SecondsLeft int      `json:"seconds_left,omitempty" jsonschema:"waiting: seconds until the request times out"`
+	// Once issued.
+	Token     string   `json:"token,omitempty" jsonschema:"the grant: put it in a Parley request's grants"`
+	GrantID   string   `json:"grant_id,omitempty"`
+	Expires   int64    `json:"expires,omitempty" jsonschema:"unix seconds"`
+	ExpiresAt string   `json:"expires_at,omitempty" jsonschema:"RFC 3339, UTC"`
+	Caveats   []any    `json:"caveats,omitempty" jsonschema:"the caveats as signed (§6.3)"`
+	Allows    []string `json:"allows,omitempty" jsonschema:"the caveats in words"`
+	Decision  string   `json:"decision,omitempty" jsonschema:"auto (by policy) or ask (a human approved)"`
 	Rule      string   `json:"rule,omitempty"`
 	Approver  string   `json:"approver,omitempty"`
 	Channel   string   `json:"channel,omitempty"`
 	Strength  string   `json:"strength,omitempty" jsonschema:"strong or weak approval"`
 	Narrowed  []string `json:"narrowed,omitempty" jsonschema:"what the policy cut from the request"`
-	Request   string   `json:"request"`
-	MatchCode string   `json:"match_code,omitempty" jsonschema:"the code the human confirmed, when a human approved"`
 }
 
-func newGrantOutput(res *protocol.GrantResult, w *waiter) grantOutput {
-	_, code := w.match()
-	return grantOutput{Token: res.Token, GrantID: res.GrantID, Expires: res.Expires,
+// newGrantOutput is the result for an issued grant; ev is the request's
+// wait for a human, if it had one.
+func newGrantOutput(res *protocol.GrantResult, ev *protocol.Event) grantOutput {
+	out := grantOutput{Status: statusIssued, Token: res.Token, GrantID: res.GrantID, Expires: res.Expires,
 		ExpiresAt: time.Unix(res.Expires, 0).UTC().Format(time.RFC3339), Caveats: caveatList(res.Caveats),
 		Allows: caveatWords(res.Caveats), Decision: res.Decision, Rule: res.Rule, Approver: res.Approver,
-		Channel: res.Channel, Strength: res.Strength, Narrowed: res.Narrowed, Request: res.RequestID, MatchCode: code}
+		Channel: res.Channel, Strength: res.Strength, Narrowed: res.Narrowed, Request: res.RequestID}
+	if ev != nil {
+		out.MatchCode = ev.Code
+	}
+	return out
 }
 
 func (o grantOutput) text(what string) string {
@@ -405,16 +396,6 @@ func (o grantOutput) text(what string) string {
 		s += "Narrowed by the policy: " + strings.Join(o.Narrowed, "; ") + ".\n"
 	}
 	return s + "token: " + o.Token
-}
-
-// withWait fills the match code of a refusal that came after a human was
-// asked, since the human must be able to match it with what they saw.
-func withWait(err error, w *waiter) error {
-	err = toToolError(err)
-	if te, ok := err.(*toolError); ok {
-		te.Request, te.Match = w.match()
-	}
-	return err
 }
 
 func (t *mcpTools) dial() (*client.Client, error) {
@@ -478,13 +459,23 @@ func (t *mcpTools) status(ctx context.Context, req *mcp.CallToolRequest, _ statu
 	return textResult("%s", text), out, nil
 }
 
+// waitField is the wait argument of the tools that may wait for a human.
+type waitField struct {
+	Wait *int `json:"wait,omitempty" jsonschema:"seconds this call waits for a human's decision before it returns status waiting: 0 to 50, default 45"`
+}
+
 type grantArgs struct {
+	caveatArgs
+	waitField
+}
+
+type explainArgs struct {
 	caveatArgs
 }
 
 // agentRequest is the common start of parley_request_grant and
 // parley_explain: the agent key, the caveats asked for, and a connection.
-func (t *mcpTools) agentRequest(in grantArgs) (ed25519.PrivateKey, []grant.Caveat, *client.Client, error) {
+func (t *mcpTools) agentRequest(in caveatArgs) (ed25519.PrivateKey, []grant.Caveat, *client.Client, error) {
 	key, err := loadAgentKey(t.keyPath)
 	if err != nil {
 		return nil, nil, nil, toToolError(err)
@@ -501,19 +492,59 @@ func (t *mcpTools) agentRequest(in grantArgs) (ed25519.PrivateKey, []grant.Cavea
 }
 
 func (t *mcpTools) requestGrant(ctx context.Context, req *mcp.CallToolRequest, in grantArgs) (*mcp.CallToolResult, grantOutput, error) {
-	var out grantOutput
-	key, cavs, c, err := t.agentRequest(in)
+	wait, err := waitArg(in.Wait)
 	if err != nil {
-		return nil, out, err
+		return nil, grantOutput{}, err
 	}
-	defer c.Close()
-	w := &waiter{ctx: ctx, req: req}
-	res, err := w.run(func(ev func(protocol.Event)) (*protocol.GrantResult, error) { return c.Grant(ctx, key, cavs, ev) })
+	key, cavs, c, err := t.agentRequest(in.caveatArgs)
 	if err != nil {
-		return nil, out, withWait(err, w)
+		return nil, grantOutput{}, err
 	}
-	out = newGrantOutput(res, w)
-	return textResult("%s", out.text("Grant")), out, nil
+	h := t.reqs.start("Grant", func(ctx context.Context, events func(protocol.Event)) (*protocol.GrantResult, error) {
+		defer c.Close()
+		return c.Grant(ctx, key, cavs, events)
+	})
+	return t.await(ctx, req, h, wait)
+}
+
+type waitArgs struct {
+	Request string `json:"request" jsonschema:"the request id of a result with status waiting"`
+	waitField
+}
+
+func (t *mcpTools) wait(ctx context.Context, req *mcp.CallToolRequest, in waitArgs) (*mcp.CallToolResult, grantOutput, error) {
+	wait, err := waitArg(in.Wait)
+	if err != nil {
+		return nil, grantOutput{}, err
+	}
+	h := t.reqs.get(in.Request)
+	if h == nil {
+		return nil, grantOutput{}, noRequest(in.Request)
+	}
+	return t.await(ctx, req, h, wait)
+}
+
+// noRequest is the refusal for a request id that nothing waits under here.
+func noRequest(id string) *toolError {
+	return &toolError{Code: string(protocol.CodeNotFound), Message: fmt.Sprintf("no request %q waits in this MCP server", grant.SafeText(id, 64)),
+		Fix: "its result was returned already, or it was withdrawn, or another server sent it; ask again if you still need it"}
+}
+
+type withdrawArgs struct {
+	Request string `json:"request" jsonschema:"the request id of a result with status waiting"`
+}
+
+type withdrawOutput struct {
+	Request string `json:"request"`
+	Outcome string `json:"outcome" jsonschema:"what became of the request"`
+}
+
+func (t *mcpTools) withdraw(ctx context.Context, req *mcp.CallToolRequest, in withdrawArgs) (*mcp.CallToolResult, withdrawOutput, error) {
+	outcome, err := t.withdrawRequest(in.Request)
+	if err != nil {
+		return nil, withdrawOutput{}, noRequest(in.Request)
+	}
+	return textResult("%s", outcome), withdrawOutput{Request: in.Request, Outcome: outcome}, nil
 }
 
 type explainOutput struct {
@@ -529,9 +560,9 @@ type explainOutput struct {
 	Expires  int64    `json:"expires,omitempty"`
 }
 
-func (t *mcpTools) explain(ctx context.Context, req *mcp.CallToolRequest, in grantArgs) (*mcp.CallToolResult, explainOutput, error) {
+func (t *mcpTools) explain(ctx context.Context, req *mcp.CallToolRequest, in explainArgs) (*mcp.CallToolResult, explainOutput, error) {
 	var out explainOutput
-	key, cavs, c, err := t.agentRequest(in)
+	key, cavs, c, err := t.agentRequest(in.caveatArgs)
 	if err != nil {
 		return nil, out, err
 	}
@@ -561,6 +592,7 @@ type consentArgs struct {
 	Service  string `json:"service" jsonschema:"the id of the service that sent the proposal (its BRIEF service.id)"`
 	Consent  any    `json:"consent" jsonschema:"the service's consent_required ERROR frame, or its consent object, exactly as received: a JSON object or a string holding it"`
 	Proposal any    `json:"proposal" jsonschema:"the PROPOSALS frame, or the one proposal, exactly as received: a JSON object or a string holding it"`
+	waitField
 }
 
 // rawArg returns an argument that may be a JSON value or a string holding
@@ -587,6 +619,10 @@ func rawArg(name string, v any) (json.RawMessage, error) {
 
 func (t *mcpTools) requestConsent(ctx context.Context, req *mcp.CallToolRequest, in consentArgs) (*mcp.CallToolResult, grantOutput, error) {
 	var out grantOutput
+	wait, err := waitArg(in.Wait)
+	if err != nil {
+		return nil, out, err
+	}
 	if in.Service == "" {
 		return nil, out, &toolError{Code: string(protocol.CodeInvalidParams), Message: "service is required",
 			Fix: "give the service id from its BRIEF (service.id); the consent object names it too"}
@@ -607,17 +643,11 @@ func (t *mcpTools) requestConsent(ctx context.Context, req *mcp.CallToolRequest,
 	if err != nil {
 		return nil, out, err
 	}
-	defer c.Close()
-	w := &waiter{ctx: ctx, req: req}
-	res, err := w.run(func(ev func(protocol.Event)) (*protocol.GrantResult, error) {
-		return c.Consent(ctx, key, in.Service, consent, proposal, ev)
+	h := t.reqs.start(consentWhat, func(ctx context.Context, events func(protocol.Event)) (*protocol.GrantResult, error) {
+		defer c.Close()
+		return c.Consent(ctx, key, in.Service, consent, proposal, events)
 	})
-	if err != nil {
-		return nil, out, withWait(err, w)
-	}
-	out = newGrantOutput(res, w)
-	return textResult("%s\nRe-send the COMMIT with this token in grants and a COMMIT proof (target: the proposal hash).",
-		out.text("Consent grant")), out, nil
+	return t.await(ctx, req, h, wait)
 }
 
 type attenuateArgs struct {
@@ -678,7 +708,7 @@ func (t *mcpTools) attenuate(ctx context.Context, req *mcp.CallToolRequest, in a
 		return nil, out, toToolError(err)
 	}
 	out = attenuateOutput{Token: next.Encode(), GrantID: next.ID(), Holder: next.Holder(), Blocks: len(next.Blocks),
-		Added: caveatWords(cavs), Warnings: narrowWarnings(tok, cavs, now.Unix())}
+		Added: caveatWords(cavs), Warnings: narrowWarnings(tok, cavs, now.Unix(), toolStyle)}
 	text := fmt.Sprintf("Narrowed grant %s for %s (%d blocks). Added: %s.\n", out.GrantID, out.Holder, out.Blocks, strings.Join(out.Added, "; "))
 	if len(cavs) == 0 {
 		text += "Warning: no caveats given, so the new grant can do all yours can.\n"

@@ -28,7 +28,7 @@ import (
 // mcpToolNames are the tools the MCP binding offers, and all of them: none
 // approves, denies or lists pending requests, which are the human's.
 var mcpToolNames = []string{"parley_attenuate", "parley_explain", "parley_inspect", "parley_proof",
-	"parley_request_consent", "parley_request_grant", "parley_status"}
+	"parley_request_consent", "parley_request_grant", "parley_status", "parley_wait", "parley_withdraw"}
 
 // mcpSession is the Go SDK's client connected in process to the server that
 // parley-grant mcp runs, with the messages the server sent.
@@ -229,6 +229,11 @@ func TestMCPTools(t *testing.T) {
 		if !strings.HasPrefix(text, "invalid_params: exp: ") || strings.Contains(text, "--") {
 			t.Errorf("%q does not name the argument as the tool calls it", text)
 		}
+		// A message about two arguments names both as the tool calls them.
+		text = toolErr(t, s.call(t, "parley_request_grant", map[string]any{"exp": "1h", "nbf": "2h"}, nil), "invalid_params")
+		if !strings.HasPrefix(text, "invalid_params: nbf ") || !strings.Contains(text, " is not before exp ") || strings.Contains(text, "--") {
+			t.Errorf("%q does not name the arguments as the tool calls them", text)
+		}
 		toolErr(t, s.call(t, "parley_inspect", map[string]any{"token": "pg1.AAAA"}, nil), "invalid_params")
 		// Arguments the input schema refuses never reach the tool, and are
 		// refused in the same form.
@@ -277,10 +282,121 @@ func TestMCPTools(t *testing.T) {
 		}
 	})
 
+	t.Run("ok/two-step-wait", func(t *testing.T) {
+		// A call that returns before the human decides hands back the
+		// request; parley_wait gets the grant once they approve.
+		var w grantOutput
+		ok(t, s.call(t, "parley_request_grant", map[string]any{"can": []string{"mail.archive"}, "wait": 0}, nil), &w)
+		if w.Status != statusWaiting || w.Request == "" || len(w.MatchCode) != 2 || w.Token != "" ||
+			w.SecondsLeft <= 0 || w.SecondsLeft > 120 || w.DecideBy == 0 {
+			t.Fatalf("first call %+v, want status waiting with a request, a code and the time left", w)
+		}
+		// Still waiting: a short wait says so again, with less time left.
+		var again grantOutput
+		ok(t, s.call(t, "parley_wait", map[string]any{"request": w.Request, "wait": 1}, nil), &again)
+		if again.Status != statusWaiting || again.Request != w.Request || again.MatchCode != w.MatchCode || again.SecondsLeft > w.SecondsLeft {
+			t.Errorf("second call %+v after %+v", again, w)
+		}
+		approve(t, d, w.Request, w.MatchCode, true)
+		var out grantOutput
+		ok(t, s.call(t, "parley_wait", map[string]any{"request": w.Request}, nil), &out)
+		if out.Status != statusIssued || out.Token == "" || out.Request != w.Request || out.MatchCode != w.MatchCode || out.Decision != "ask" {
+			t.Errorf("after approval %+v", out)
+		}
+		// The result went out once: the request is no longer here.
+		toolErr(t, s.call(t, "parley_wait", map[string]any{"request": w.Request}, nil), "not_found")
+	})
+
+	t.Run("ok/withdraw", func(t *testing.T) {
+		var w grantOutput
+		ok(t, s.call(t, "parley_request_grant", map[string]any{"can": []string{"mail.delete"}, "wait": 0}, nil), &w)
+		var out withdrawOutput
+		ok(t, s.call(t, "parley_withdraw", map[string]any{"request": w.Request}, nil), &out)
+		if !strings.Contains(out.Outcome, "withdrew request "+w.Request) {
+			t.Errorf("withdraw: %+v", out)
+		}
+		waitUntil(t, "the daemon to drop the request", func() bool { return !isPending(t, d, w.Request) })
+		toolErr(t, s.call(t, "parley_wait", map[string]any{"request": w.Request}, nil), "not_found")
+		toolErr(t, s.call(t, "parley_withdraw", map[string]any{"request": w.Request}, nil), "not_found")
+	})
+
+	t.Run("ok/cancelled-call-leaves-the-request", func(t *testing.T) {
+		// A client that gives up on a call (its own timeout is a cancel)
+		// must still be able to get what the human approves afterwards.
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			p := &mcp.CallToolParams{Name: "parley_request_grant", Arguments: map[string]any{"can": []string{"mail.move"}}}
+			p.SetProgressToken("p5")
+			_, err := s.cs.CallTool(ctx, p)
+			done <- err
+		}()
+		id, code := matchFromProgress(t, s, "p5")
+		cancel()
+		if err := <-done; err == nil {
+			t.Fatal("the cancelled call returned no error")
+		}
+		// The call after the cancel is served.
+		var st statusOutput
+		ok(t, s.call(t, "parley_status", map[string]any{}, nil), &st)
+		if !isPending(t, d, id) {
+			t.Fatalf("request %s was withdrawn with the call", id)
+		}
+		approve(t, d, id, code, true)
+		var out grantOutput
+		ok(t, s.call(t, "parley_wait", map[string]any{"request": id}, nil), &out)
+		if out.Status != statusIssued || out.Token == "" {
+			t.Errorf("after approval %+v", out)
+		}
+	})
+
+	t.Run("ok/progress-tells-the-time", func(t *testing.T) {
+		defer func(d time.Duration) { progressEvery = d }(progressEvery)
+		progressEvery = 5 * time.Millisecond
+		done := s.start("parley_request_grant", map[string]any{"can": []string{"mail.flag"}, "wait": 3}, "p6")
+		res := (<-done).check(t)
+		var w grantOutput
+		ok(t, res, &w)
+		s.mu.Lock()
+		msgs := slices.Clone(s.progress["p6"])
+		s.mu.Unlock()
+		if w.Status != statusWaiting || len(msgs) < 2 {
+			t.Fatalf("result %+v after %d progress messages", w, len(msgs))
+		}
+		// Each message gives the time the request has left at the
+		// daemon (at most its 120 s), and the time this call has left
+		// (at most its 3 s), both going down.
+		for _, m := range msgs {
+			left, call, found := waitTimes(m)
+			switch {
+			case !found && (strings.Contains(m, "this call returns") || !strings.Contains(m, "times out in")):
+				t.Errorf("progress %q does not give both times", m)
+			case found && (left > 120*time.Second || call > 3*time.Second):
+				t.Errorf("progress %q: more time than there is", m)
+			}
+			// Without "this call returns": the call's last second.
+		}
+		if !strings.Contains(resultText(res), "Call parley_wait with {\"request\": \""+w.Request+"\"}") {
+			t.Errorf("the waiting result does not say how to go on: %q", resultText(res))
+		}
+		approve(t, d, w.Request, w.MatchCode, false)
+		text := toolErr(t, s.call(t, "parley_wait", map[string]any{"request": w.Request}, nil), "denied")
+		if !strings.Contains(text, "match code: "+w.MatchCode+" (request "+w.Request+")") {
+			t.Errorf("denial %q does not name the code", text)
+		}
+	})
+
 	t.Run("ok/attenuate-and-inspect", func(t *testing.T) {
 		sub := newTestKey(t)
 		var at attenuateOutput
 		ok(t, s.call(t, "parley_attenuate", map[string]any{"token": g, "to": pubOf(sub), "verbs": []string{"ASK"}}, nil), &at)
+		// A caveat that narrows nothing is a warning that names the
+		// argument as the tool calls it.
+		var wide attenuateOutput
+		ok(t, s.call(t, "parley_attenuate", map[string]any{"token": g, "to": pubOf(sub), "exp": "2h"}, nil), &wide)
+		if len(wide.Warnings) != 1 || !strings.HasPrefix(wide.Warnings[0], "exp ") || !strings.Contains(wide.Warnings[0], "narrows nothing") {
+			t.Errorf("warnings %q", wide.Warnings)
+		}
 		var in inspectOutput
 		ok(t, s.call(t, "parley_inspect", map[string]any{"token": at.Token}, nil), &in)
 		if at.Blocks != 2 || in.Holder != pubOf(sub) || !in.ChainOK || len(in.Blocks) != 2 || in.Issuer != d.srv.Principal() {
@@ -371,6 +487,61 @@ func approveFromMessages(t *testing.T, d *testDaemon, s *mcpSession, token strin
 	return id, code
 }
 
+// matchFromProgress waits for the request id and match code in the
+// progress messages for token.
+func matchFromProgress(t *testing.T, s *mcpSession, token string) (id, code string) {
+	t.Helper()
+	var m []string
+	waitUntil(t, "a progress message with the match code", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, msg := range s.progress[token] {
+			if m = progressCode.FindStringSubmatch(msg); m != nil {
+				return true
+			}
+		}
+		return false
+	})
+	return m[1], m[2]
+}
+
+// approve approves (or denies) request id as the human, over the socket.
+func approve(t *testing.T, d *testDaemon, id, code string, yes bool) {
+	t.Helper()
+	human, err := client.Dial(d.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer human.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if yes {
+		err = human.Approve(ctx, id, code, "terminal")
+	} else {
+		err = human.Deny(ctx, id, "terminal")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// isPending reports whether the daemon lists request id as waiting.
+func isPending(t *testing.T, d *testDaemon, id string) bool {
+	t.Helper()
+	human, err := client.Dial(d.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer human.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := human.Pending(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(list, func(v protocol.PendingView) bool { return v.ID == id })
+}
+
 func TestMCPSetupErrors(t *testing.T) {
 	d := startDaemon(t, journeyPolicy, nil)
 	keyPath, _ := writeAgentKey(t, t.TempDir())
@@ -404,7 +575,7 @@ const mcpTSDir = "testdata/mcp-ts"
 // tsLine is one line the TypeScript client writes.
 type tsLine struct {
 	Step          string          `json:"step"`
-	Progress      *string         `json:"progress"`
+	Tool          string          `json:"tool"`
 	IsError       bool            `json:"isError"`
 	Text          string          `json:"text"`
 	Structured    json.RawMessage `json:"structured"`
@@ -413,11 +584,15 @@ type tsLine struct {
 	Described     bool            `json:"described"`
 	Data          any             `json:"data"`
 	Instructions  string          `json:"instructions"`
+	Elapsed       int64           `json:"elapsed"` // ms since the client started
 }
 
-// TestMCPTypeScriptClient runs the official MCP TypeScript SDK's client
-// against the real binary's parley-grant mcp, calling every tool.
-func TestMCPTypeScriptClient(t *testing.T) {
+// runTSClient runs client.mjs in mode against the real binary's
+// parley-grant mcp, with env added, and passes each line it writes to
+// onLine as it comes. It fails the test if the client fails or does not
+// finish.
+func runTSClient(t *testing.T, mode string, env []string, onLine func(tsLine)) {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		testpeer.Unavailable(t, "needs node for the TypeScript MCP client")
@@ -425,6 +600,94 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(mcpTSDir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil {
 		testpeer.Unavailable(t, "needs the TypeScript MCP SDK: run npm ci in cmd/parley-grant/"+mcpTSDir)
 	}
+	cmd := exec.Command(node, "client.mjs")
+	cmd.Dir = mcpTSDir
+	cmd.Env = append(env, "PARLEY_GRANT="+cliBinary(t), "PARLEY_TEST_MODE="+mode)
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	done := false
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		var l tsLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("client line %q: %v", sc.Text(), err)
+		}
+		done = done || l.Step == "done"
+		onLine(l)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("client: %v\nstderr: %s", err, stderr.String())
+	}
+	if !done {
+		t.Fatalf("the client did not finish; stderr: %s", stderr.String())
+	}
+}
+
+// humanReader approves the requests whose match code the client shows in a
+// log message, once each, as a human who reads the code from the agent's
+// screen would. The client at its defaults asks for no progress, so log
+// messages are where it sees the code.
+type humanReader struct {
+	t     *testing.T
+	d     *testDaemon
+	delay func(id string) time.Duration // how long the human takes
+	mu    sync.Mutex
+	codes map[string]string // request id → the code the human entered
+	wg    sync.WaitGroup
+}
+
+func (h *humanReader) log(l tsLine) {
+	m := progressCode.FindStringSubmatch(fmt.Sprint(l.Data))
+	if m == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.codes[m[1]] != "" {
+		return
+	}
+	h.codes[m[1]] = m[2]
+	wait := time.Duration(0)
+	if h.delay != nil {
+		wait = h.delay(m[1])
+	}
+	h.wg.Add(1)
+	time.AfterFunc(wait, func() {
+		defer h.wg.Done()
+		human, err := client.Dial(h.d.sock)
+		if err != nil {
+			h.t.Errorf("human: %v", err)
+			return
+		}
+		defer human.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := human.Approve(ctx, m[1], m[2], "terminal"); err != nil {
+			h.t.Errorf("approve %s: %v", m[1], err)
+		}
+	})
+}
+
+func (h *humanReader) code(id string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.codes[id]
+}
+
+// TestMCPTypeScriptClient runs the official MCP TypeScript SDK's client at
+// its default settings against the real binary's parley-grant mcp, calling
+// every tool and a tool that does not exist.
+func TestMCPTypeScriptClient(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, journeyPolicy, nil)
 	keyPath, key := writeAgentKey(t, t.TempDir())
 	sub := newTestKey(t)
@@ -450,62 +713,19 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	os.WriteFile(consentFile, refusal.Raw, 0o600)
 	os.WriteFile(proposalsFile, proposals.Raw, 0o600)
 
-	cmd := exec.Command(node, "client.mjs")
-	cmd.Dir = mcpTSDir
-	cmd.Env = append(cliEnv(t, d.sock, keyPath), "PARLEY_GRANT="+cliBinary(t), "PARLEY_TEST_SUBKEY="+pubOf(sub),
-		"PARLEY_TEST_CONSENT="+consentFile, "PARLEY_TEST_PROPOSALS="+proposalsFile)
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	human, err := client.Dial(d.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer human.Close()
-
+	human := &humanReader{t: t, d: d, codes: map[string]string{}}
 	results := map[string]tsLine{}
 	var logs []string
-	codes := map[string]string{} // step → match code the human confirmed
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
-		var l tsLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("client line %q: %v", sc.Text(), err)
-		}
-		switch {
-		case l.Step == "log":
+	runTSClient(t, "all", append(cliEnv(t, d.sock, keyPath), "PARLEY_TEST_SUBKEY="+pubOf(sub),
+		"PARLEY_TEST_CONSENT="+consentFile, "PARLEY_TEST_PROPOSALS="+proposalsFile), func(l tsLine) {
+		if l.Step == "log" {
 			logs = append(logs, fmt.Sprint(l.Data))
-		case l.Progress != nil:
-			// The human reads the code from the client and approves.
-			m := progressCode.FindStringSubmatch(*l.Progress)
-			if m == nil || codes[l.Step] != "" {
-				continue
-			}
-			codes[l.Step] = m[2]
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := human.Approve(ctx, m[1], m[2], "terminal")
-			cancel()
-			if err != nil {
-				t.Fatalf("approve %s: %v", m[1], err)
-			}
-		default:
-			results[l.Step] = l
+			human.log(l)
+			return
 		}
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("client: %v\nstderr: %s", err, stderr.String())
-	}
-	if _, ok := results["done"]; !ok {
-		t.Fatalf("the client did not finish; stderr: %s", stderr.String())
-	}
+		results[l.Step] = l
+	})
+	human.wg.Wait()
 
 	res := func(step string, out any) tsLine {
 		t.Helper()
@@ -525,7 +745,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	if l := results["tools"]; !slices.Equal(l.Names, mcpToolNames) || !l.Described {
 		t.Errorf("tools %v (described %v), want %v", l.Names, l.Described, mcpToolNames)
 	}
-	if !strings.Contains(results["server"].Instructions, "parley_status") {
+	if !strings.Contains(results["server"].Instructions, "parley_status") || !strings.Contains(results["server"].Instructions, "parley_wait") {
 		t.Errorf("instructions %q", results["server"].Instructions)
 	}
 	var st statusOutput
@@ -535,7 +755,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	}
 	var g grantOutput
 	res("grant", &g)
-	if tok, err := grant.Decode(g.Token); err != nil || tok.Holder() != pubOf(key) || g.Rule != "shop-auto" {
+	if tok, err := grant.Decode(g.Token); err != nil || tok.Holder() != pubOf(key) || g.Rule != "shop-auto" || g.Status != statusIssued {
 		t.Errorf("grant %+v: %v", g, err)
 	}
 	if l := res("refused", nil); !l.IsError || !strings.HasPrefix(l.Text, "forbidden: ") || !strings.Contains(l.Text, "rule: never-bank") || !strings.Contains(l.Text, "parley_explain") {
@@ -544,15 +764,25 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	if l := res("bad-argument", nil); !l.IsError || !strings.HasPrefix(l.Text, "invalid_params: ") {
 		t.Errorf("bad argument: %+v", l)
 	}
+	// A tool that does not exist is a JSON-RPC error for the SDK, and the
+	// server serves the next call.
+	if l := results["unknown-tool"]; !strings.Contains(l.ProtocolError, "unknown tool") {
+		t.Errorf("unknown tool: %+v", l)
+	}
+	var after statusOutput
+	res("after-unknown-tool", &after)
+	if after.Principal != d.srv.Principal() {
+		t.Errorf("status after an unknown tool: %+v", after)
+	}
 	var ex explainOutput
 	if res("explain", &ex); ex.Action != "deny" || ex.Rule != "never-bank" {
 		t.Errorf("explain %+v", ex)
 	}
 	var ap grantOutput
-	if res("approved", &ap); ap.Decision != "ask" || ap.MatchCode == "" || ap.MatchCode != codes["approved"] {
-		t.Errorf("approved grant %+v, the human confirmed code %q", ap, codes["approved"])
+	if res("approved", &ap); ap.Status != statusIssued || ap.Decision != "ask" || ap.MatchCode == "" || ap.MatchCode != human.code(ap.Request) {
+		t.Errorf("approved grant %+v, the human confirmed code %q", ap, human.code(ap.Request))
 	}
-	if !slices.ContainsFunc(logs, func(s string) bool { return strings.Contains(s, "match code "+codes["approved"]) }) {
+	if !slices.ContainsFunc(logs, func(s string) bool { return strings.Contains(s, "match code "+ap.MatchCode) }) {
 		t.Errorf("no log message with the match code: %q", logs)
 	}
 	var at attenuateOutput
@@ -568,4 +798,84 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	var cg grantOutput
 	res("consent", &cg)
 	want(t, "RECEIPT")(agent.Commit(p.ID, p.Hash, cg.Token))
+}
+
+// TestMCPTypeScriptClientSlowHuman is the approval that used to fail: the
+// TypeScript SDK's client, at its defaults, gives a call 60 s and does not
+// let progress reset that; the daemon waits 120 s for a human. Here the
+// human approves 65 s after the request appears, and the client, following
+// the tools' description (parley_wait while the status is waiting), gets the
+// grant. The test takes that long; it runs in parallel with the others.
+func TestMCPTypeScriptClientSlowHuman(t *testing.T) {
+	t.Parallel()
+	const humanTakes = 65 * time.Second
+	d := startDaemon(t, journeyPolicy, nil)
+	keyPath, _ := writeAgentKey(t, t.TempDir())
+	human := &humanReader{t: t, d: d, codes: map[string]string{}, delay: func(string) time.Duration { return humanTakes }}
+	var calls []tsLine
+	var logs []string
+	runTSClient(t, "slow", cliEnv(t, d.sock, keyPath), func(l tsLine) {
+		switch l.Step {
+		case "log":
+			logs = append(logs, fmt.Sprint(l.Data))
+			human.log(l)
+		case "slow":
+			calls = append(calls, l)
+		}
+	})
+	human.wg.Wait()
+	if len(calls) < 2 {
+		t.Fatalf("calls %+v: want the request and at least one parley_wait", calls)
+	}
+	prev := 121
+	for i, c := range calls {
+		if c.ProtocolError != "" {
+			t.Fatalf("call %d (%s): protocol error %s: the client gave up", i, c.Tool, c.ProtocolError)
+		}
+		var out grantOutput
+		if err := json.Unmarshal(c.Structured, &out); err != nil || c.IsError {
+			t.Fatalf("call %d (%s): %s %s", i, c.Tool, c.Text, c.Structured)
+		}
+		last := i == len(calls)-1
+		switch {
+		case !last && (out.Status != statusWaiting || out.SecondsLeft <= 0 || out.SecondsLeft >= prev):
+			t.Errorf("call %d: %+v, want waiting with less time left than %d s", i, out, prev)
+		case last && (out.Status != statusIssued || out.Token == "" || out.MatchCode != human.code(out.Request)):
+			t.Errorf("last call: %+v, want the grant approved with code %s", out, human.code(out.Request))
+		}
+		prev = out.SecondsLeft
+	}
+	if got := time.Duration(calls[len(calls)-1].Elapsed) * time.Millisecond; got < humanTakes {
+		t.Errorf("the grant came after %v, before the human approved", got)
+	}
+	// What the client was told about time was true: the request times out
+	// within the daemon's 120 s, and each call returns within 45 s.
+	for _, l := range logs {
+		left, call, ok := waitTimes(l)
+		if !ok {
+			t.Errorf("log %q does not say when the request times out and when the call returns", l)
+		} else if left > 120*time.Second || call > callWaitDefault*time.Second {
+			t.Errorf("log %q: more time than there is", l)
+		}
+	}
+}
+
+var waitTimesRE = regexp.MustCompile(`times out in ((?:\d+[dhms] ?)+); this call returns within ((?:\d+[dhms] ?)+), then parley_wait waits on`)
+
+// waitTimes reads the two times of a message about a waiting request: the
+// time the request has left at the daemon, and the time the call has left.
+func waitTimes(msg string) (left, call time.Duration, ok bool) {
+	m := waitTimesRE.FindStringSubmatch(msg)
+	if m == nil {
+		return 0, 0, false
+	}
+	span := func(s string) time.Duration {
+		d, err := parseDuration(strings.ReplaceAll(s, " ", ""))
+		if err != nil {
+			return -1
+		}
+		return d
+	}
+	left, call = span(m[1]), span(m[2])
+	return left, call, left > 0 && call > 0
 }

@@ -79,7 +79,7 @@ func exitCodeOf(c grant.Code) int {
 		return exitForbidden
 	case grant.CodeConsentRequired:
 		return exitConsentRequired
-	case grant.CodeBadInput:
+	case grant.CodeInvalidParams:
 		return exitUsage
 	}
 	return exitFail

@@ -58,6 +58,7 @@ func newPendingCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the requests as JSON")
 	cmd.Flags().StringVar(&qrID, "qr", "", "print the phone link of request `ID` as a QR code to scan")
+	cmd.RegisterFlagCompletionFunc("qr", completeRequest)
 	return cmd
 }
 

@@ -59,6 +59,7 @@ for 300 seconds either side of --ts, which defaults to now.`,
 	fs := cmd.Flags()
 	fs.StringVar(&aud, "aud", "", "the id of the service the request goes to (required)")
 	fs.StringVar(&verb, "verb", "", "the request verb: ASK, INTENT, COMMIT, UNDO or EXPAND (required)")
+	cmd.RegisterFlagCompletionFunc("verb", completeVerb)
 	fs.StringVar(&target, "target", "", "what the request is about; see above (required)")
 	fs.StringVar(&keyPath, "key", "", "your agent key file (default $PARLEY_AGENT_KEY, else ~/.config/parley/agent.key)")
 	fs.StringVar(&ts, "ts", "", "the proof's time, unix seconds or RFC 3339 (default now)")

@@ -60,6 +60,20 @@ func printStatus(m *protocol.Manifest) {
 	}
 	fmt.Println(who)
 	fmt.Printf("approval channels: %s; approvals time out after %d s\n", strings.Join(m.Channels, ", "), m.Limits.ApprovalTimeout)
+	if k := m.Key; k != nil {
+		key := k.Backend + ": " + k.Key
+		if k.Version != "" {
+			key += ", version " + k.Version
+		}
+		switch {
+		case k.Answers && k.Problem == "":
+			fmt.Printf("principal key: %s; it answers\n", key)
+		case k.Answers:
+			fmt.Printf("principal key: %s; it answers, but: %s\n", key, k.Problem)
+		default:
+			fmt.Printf("principal key: %s; it does not answer (%s), so grants are refused as unavailable\n", key, k.Problem)
+		}
+	}
 	if l := m.Locked; l != nil {
 		reason := ""
 		if l.Reason != "" {

@@ -66,6 +66,7 @@ limit); 2 a usage error; 1 an input that cannot be read.`,
 	fs := cmd.Flags()
 	fs.StringVar(&f.service, "service", "", "the id of the service that verifies (required)")
 	fs.StringVar(&f.verb, "verb", "", "the request verb: ASK, INTENT, COMMIT, UNDO or EXPAND (required)")
+	cmd.RegisterFlagCompletionFunc("verb", completeVerb)
 	fs.StringVar(&f.capability, "capability", "", "the capability requested; for UNDO, the receipt's (required)")
 	fs.StringArrayVar(&f.trust, "trust", nil, "a principal key the service trusts, ed25519:… (repeatable; at least one)")
 	fs.StringVar(&f.proofKey, "proof-key", "", "the key of the request's proof (default: the tokens' holder, i.e. assume the presenter holds it)")
@@ -266,17 +267,12 @@ func proposalFacts(name string) (*grant.ProposalFacts, error) {
 	if err != nil {
 		return nil, fail(fmt.Errorf("--proposal %s: %w", name, err), "")
 	}
-	h, err := grant.ProposalHash(raw)
-	if err != nil {
-		return nil, fail(fmt.Errorf("--proposal %s: %w", name, err), "")
-	}
-	if p.Hash != "" && p.Hash != h {
+	if h := p.ContentHash(); p.Hash != "" && p.Hash != h {
 		return nil, fail(fmt.Errorf("--proposal %s: its hash field does not match its content (the content hashes to %s)", name, h),
 			"the proposal was changed after it was hashed; get it again from the service")
 	}
-	facts := p.Facts()
-	facts.Hash = h
-	return facts, nil
+	// The facts carry the hash computed from the content.
+	return p.Facts(), nil
 }
 
 // parseSpent parses --spent BLOCKID=AMOUNT flags. A bare integer is minor

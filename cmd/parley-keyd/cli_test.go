@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // The admin's command lines are tested by the scripts in testdata/script
@@ -28,4 +30,20 @@ func keydCmd(t *testing.T, args ...string) result {
 		t.Fatal(err)
 	}
 	return result{out.String(), errb.String(), code}
+}
+
+// waitForSocket waits until the daemon accepts on sock.
+func waitForSocket(t *testing.T, sock string, log *syncBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not accept on %s:\n%s", sock, log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -72,9 +72,10 @@ the daemon need not restart. Pair a phone with: parley-keyd pair.`,
 	listCmd := &cobra.Command{Use: "list", Short: "List the paired phones", Args: cobra.NoArgs, RunE: list}
 	listCmd.Flags().BoolVar(&asJSON, "json", false, "print the devices as JSON")
 	revoke := &cobra.Command{
-		Use:   "revoke NAME|ID",
-		Short: "Revoke a paired phone",
-		Args:  cobra.ExactArgs(1),
+		Use:               "revoke NAME|ID",
+		Short:             "Revoke a paired phone",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeDevice(&state, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := phone.OpenDevices(state).Revoke(args[0], time.Now())
 			if errors.Is(err, phone.ErrNoDevice) {
@@ -88,9 +89,10 @@ the daemon need not restart. Pair a phone with: parley-keyd pair.`,
 		},
 	}
 	confirm := &cobra.Command{
-		Use:   "confirm NAME|ID CODE",
-		Short: "Finish pairing a phone with the code its page shows",
-		Args:  cobra.ExactArgs(2),
+		Use:               "confirm NAME|ID CODE",
+		Short:             "Finish pairing a phone with the code its page shows",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: completeDevice(&state, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return confirmDevice(cmd, state, args[0], args[1])
 		},
@@ -113,4 +115,33 @@ func confirmDevice(cmd *cobra.Command, state, nameOrID, code string) error {
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "parley-keyd: paired %s (%s); it may now approve requests routed to the phone\n", d.Name, d.ID)
 	return nil
+}
+
+// completeDevice offers, for the first argument, the names of the phones
+// paired in the state folder *state (at completion time, after --state is
+// parsed), with their ids and states as descriptions; only those waiting for
+// their code when waiting is set. It offers nothing when the folder cannot be
+// read, which is the case for every user but the daemon's.
+func completeDevice(state *string, waiting bool) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		devs, _, err := phone.OpenDevices(*state).List(time.Now())
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []string
+		for _, d := range devs {
+			if waiting && d.Confirmed {
+				continue
+			}
+			st := "confirmed"
+			if !d.Confirmed {
+				st = "waiting for its code"
+			}
+			out = append(out, fmt.Sprintf("%s\t%s, paired %s, %s", d.Name, d.ID, time.Unix(d.Created, 0).Format("2006-01-02"), st))
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -27,14 +25,23 @@ import (
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 )
 
-// These tests run the real binaries as real OS users: the daemon as
-// parley-keyd, agents and the human as users of their own, and a stranger
-// the configuration does not name. Identity comes from SO_PEERCRED.
+// These tests run the real binaries as real OS users: the daemon as a user
+// of its own (as parley-keyd is in a real install), agents and the human as
+// users of their own, and a stranger the configuration does not name.
+// Identity comes from SO_PEERCRED. The users are this test process's own
+// (testpeer.Name), never a real installation's parley-keyd.
 
-const e2ePolicy = `version = 1
+var (
+	e2eDaemonUser   = testpeer.Name("keyd")
+	e2eAgentUser    = testpeer.Name("agent")
+	e2eHumanUser    = testpeer.Name("human")
+	e2eStrangerUser = testpeer.Name("stranger")
+)
+
+var e2ePolicy = `version = 1
 [[agent]]
 name = "bot"
-user = ["parley-test-agent"]
+user = ["` + e2eAgentUser + `"]
 rate = 100000
 pending = 8
 
@@ -123,10 +130,10 @@ func newE2E(t *testing.T) *e2e {
 	t.Helper()
 	testpeer.RequirePeers(t)
 	e := &e2e{t: t, bin: binaries(t)}
-	e.daemon = osUser(t, "parley-keyd")
-	e.agent = osUser(t, "parley-test-agent")
-	e.human = osUser(t, "parley-test-human")
-	e.stranger = osUser(t, "parley-test-stranger")
+	e.daemon = osUser(t, e2eDaemonUser)
+	e.agent = osUser(t, e2eAgentUser)
+	e.human = osUser(t, e2eHumanUser)
+	e.stranger = osUser(t, e2eStrangerUser)
 	e.base = testpeer.SharedDir(t)
 	run := filepath.Join(e.base, "run")
 	agentDir := filepath.Join(e.base, "agent")
@@ -152,7 +159,7 @@ func newE2E(t *testing.T) *e2e {
 	// as root and creates the key as the state folder's owner.
 	e.etc = filepath.Join(e.base, "etc")
 	e.as(ids{0, 0}, 0, "parley-keyd", "init", "--state", e.state, "--config-dir", e.etc, "--socket", e.sock,
-		"--socket-group", "", "--agent-user", "parley-test-agent", "--approver-user", "parley-test-human")
+		"--socket-group", "", "--agent-user", e2eAgentUser, "--approver-user", e2eHumanUser)
 	// Agents and the human are in no common group here, so the socket is
 	// opened to all; the daemon still checks every peer's uid.
 	cfgPath := filepath.Join(e.etc, "config.toml")
@@ -276,20 +283,15 @@ func (e *e2e) stop(sig syscall.Signal) error {
 
 func (e *e2e) auditRecords() []audit.Record {
 	e.t.Helper()
-	f, err := os.Open(filepath.Join(e.state, "audit.log"))
+	// audit.Read reads every segment and stops at the zeros a running
+	// daemon preallocates after its last record.
+	var out []audit.Record
+	err := audit.Read(filepath.Join(e.state, "audit.log"), audit.Filter{}, func(_ []byte, r *audit.Record) error {
+		out = append(out, *r)
+		return nil
+	})
 	if err != nil {
 		e.t.Fatal(err)
-	}
-	defer f.Close()
-	var out []audit.Record
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
-		var r audit.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			e.t.Fatalf("audit line %q: %v", sc.Text(), err)
-		}
-		out = append(out, r)
 	}
 	return out
 }
@@ -314,7 +316,7 @@ func TestE2EIdentityAndRoles(t *testing.T) {
 	}
 	recs := e.auditRecords()
 	last := recs[len(recs)-1]
-	if last.Kind != "issue" || last.GrantID != tok.ID() || last.Caller.UID != e.agent.uid || last.Caller.User != "parley-test-agent" {
+	if last.Kind != "issue" || last.GrantID != tok.ID() || last.Caller.UID != e.agent.uid || last.Caller.User != e2eAgentUser {
 		t.Errorf("audit = %+v", last)
 	}
 	// The executable is not asserted: a daemon without CAP_SYS_PTRACE cannot
@@ -391,7 +393,7 @@ func TestE2EApprovalByAnotherUser(t *testing.T) {
 	recs := e.auditRecords()
 	last := recs[len(recs)-1]
 	// The human is not an agent user: the approval is strong, and names them.
-	if last.DecidedBy == nil || last.DecidedBy.Strength != "strong" || !strings.Contains(last.DecidedBy.Approver, "parley-test-human") {
+	if last.DecidedBy == nil || last.DecidedBy.Strength != "strong" || !strings.Contains(last.DecidedBy.Approver, e2eHumanUser) {
 		t.Errorf("audit = %+v", last.DecidedBy)
 	}
 }
@@ -569,7 +571,7 @@ func TestE2EStaleSocket(t *testing.T) {
 	state2 := filepath.Join(e.base, "state2")
 	os.Mkdir(state2, 0o700)
 	os.Chown(state2, int(e.daemon.uid), int(e.daemon.gid))
-	e.as(e.daemon, 0, "parley-keyd", "init", "--state", state2, "--config-dir", state2, "--socket", e.sock, "--agent-user", "parley-test-agent")
+	e.as(e.daemon, 0, "parley-keyd", "init", "--state", state2, "--config-dir", state2, "--socket", e.sock, "--agent-user", e2eAgentUser)
 	r = e.try(e.daemon, "parley-keyd", "serve", "--state", state2, "--config", filepath.Join(state2, "config.toml"))
 	if r.code == 0 || !strings.Contains(r.stderr, "another daemon is already answering") {
 		t.Fatalf("second daemon, same socket: exit %d, %q", r.code, r.stderr)
@@ -697,12 +699,13 @@ func TestE2EConfigUnreadable(t *testing.T) {
 	os.Chown(cfg, 0, 0)
 	os.Chmod(cfg, 0o600)
 	r := e.try(e.daemon, "parley-keyd", "serve", "--state", e.state)
-	want := fmt.Sprintf("parley-keyd: cannot read the configuration file %s: permission denied\nhint: it must be readable by user parley-keyd: sudo chgrp parley-keyd %s && sudo chmod 0640 %s\n", cfg, cfg, cfg)
+	u := e2eDaemonUser
+	want := fmt.Sprintf("parley-keyd: cannot read the configuration file %s: permission denied\nhint: it must be readable by user %s: sudo chgrp %s %s && sudo chmod 0640 %s\n", cfg, u, u, cfg, cfg)
 	if r.code != exitFail || !strings.HasSuffix(r.stderr, want) {
 		t.Fatalf("serve with an unreadable configuration: exit %d\n%s\nwant it to end with\n%s", r.code, r.stderr, want)
 	}
 	// Following the hint.
-	if out, err := exec.Command("chgrp", "parley-keyd", cfg).CombinedOutput(); err != nil {
+	if out, err := exec.Command("chgrp", e2eDaemonUser, cfg).CombinedOutput(); err != nil {
 		t.Fatalf("chgrp: %v %s", err, out)
 	}
 	os.Chmod(cfg, 0o640)
@@ -718,14 +721,14 @@ func TestE2EStatusOfAnInstall(t *testing.T) {
 	r := e.as(ids{0, 0}, 0, "parley-keyd", "status", "--skip", "units", "--state", e.state)
 	for _, want := range []string{
 		"ok    config  " + filepath.Join(e.etc, "config.toml") + ": 1 agent user, 0 agent groups, 1 approver user, 0 approver groups\n",
-		"ok    state   " + e.state + ": mode 0700, the daemon's user is parley-keyd\n",
+		"ok    state   " + e.state + ": mode 0700, the daemon's user is " + e2eDaemonUser + "\n",
 		"ok    key     principal ed25519:",
 		// The e2e socket keeps the daemon's group (the users here share
 		// none), which status flags.
-		"warn  socket  " + e.sock + " belongs to the daemon's own group parley-keyd: agents added to it to connect could read the configuration\n",
+		"warn  socket  " + e.sock + " belongs to the daemon's own group " + e2eDaemonUser + ": agents added to it to connect could read the configuration\n",
 		// root has no role at the daemon: it answers, and that is all.
-		"ok    socket  " + e.sock + " (group parley-keyd, mode 0666): a daemon answers (root may not ask it more)\n",
-		"ok    audit   1 record, head ",
+		"ok    socket  " + e.sock + " (group " + e2eDaemonUser + ", mode 0666): a daemon answers (root may not ask it more)\n",
+		"ok    audit   2 records, head ", // the log's first checkpoint and the start
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status lacks %q:\n%s", want, r.stdout)

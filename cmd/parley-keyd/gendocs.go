@@ -1,7 +1,9 @@
 package main
 
 import (
+	"embed"
 	"errors"
+	"io/fs"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
@@ -9,9 +11,15 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// manPages are the pages no command generates: the configuration and policy
+// file formats, in section 5.
+//
+//go:embed man/*.md
+var manPages embed.FS
+
 // newGendocsCmd is the hidden command that make install runs to write the
-// man pages (section 8: a daemon and its administration) and the bash, zsh
-// and fish completions.
+// man pages (section 8: a daemon and its administration; section 5: its
+// files) and the bash, zsh and fish completions.
 func newGendocsCmd() *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
@@ -23,7 +31,15 @@ func newGendocsCmd() *cobra.Command {
 			if dir == "" {
 				return usageError{errors.New("--dir is required")}
 			}
-			return clidocs.Write(cmd.Root(), dir, "8", "parley-keyd "+protocol.DaemonVersion)
+			source := "parley-keyd " + protocol.DaemonVersion
+			if err := clidocs.Write(cmd.Root(), dir, "8", source); err != nil {
+				return err
+			}
+			pages, err := fs.Sub(manPages, "man")
+			if err != nil {
+				return err
+			}
+			return clidocs.WritePages(pages, dir, source)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "output folder (man/ and completion/ are created in it)")

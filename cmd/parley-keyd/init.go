@@ -17,6 +17,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/keyd/signer"
 	"github.com/parley-keyd/parley-keyd/policies"
 	"github.com/spf13/cobra"
 )
@@ -47,7 +48,15 @@ to create the key, so that the key belongs to that user from the start:
 
 Run as another user, init writes everything as that user: a single-user
 set-up, where that user is the agent and the approver unless the flags say
-otherwise.`,
+otherwise.
+
+With --backend transit or pkcs11 the principal key lives in a key service
+instead (docs/key-service.md): init reads the [key] table of config.toml
+(writing a template first when there is no configuration yet), creates the
+key there (pkcs11: in the token, not extractable) or uses the one that
+exists, and writes its public key to principal.pub. --import moves the
+existing file key into the transit engine, so that services keep trusting
+the same principal.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.socketGroupSet = cmd.Flags().Changed("socket-group")
@@ -63,11 +72,16 @@ otherwise.`,
 	f.StringSliceVar(&o.agents, "agent-user", nil, "user whose agents may connect (repeatable; default: you, when not root)")
 	f.StringSliceVar(&o.approvers, "approver-user", nil, "user who approves (repeatable; default: you, when not root)")
 	f.StringVar(&o.user, "user", os.Getenv("PARLEY_KEYD_USER"), "as root: the daemon's user, who will own the key (default: the state folder's owner); $PARLEY_KEYD_USER")
+	f.StringVar(&o.backend, "backend", signer.File, "where the principal key lives: file, transit or pkcs11")
+	f.BoolVar(&o.importKey, "import", false, "transit: import the existing principal.key instead of creating a key")
+	f.StringVar(&o.tokenFile, "token-file", "", "transit: a token that may create or import the key (default: the configured token_file)")
 	return cmd
 }
 
 type initOptions struct {
 	state, passFile, configDir, socket, socketGroup, user string
+	backend, tokenFile                                    string
+	importKey                                             bool
 	socketGroupSet                                        bool // --socket-group given, even as ""
 	agents, approvers                                     []string
 }
@@ -77,6 +91,19 @@ type initOptions struct {
 const defaultSocketGroup = "parley-agents"
 
 func runInit(o initOptions) error {
+	switch o.backend {
+	case signer.File:
+		if o.importKey || o.tokenFile != "" {
+			return withHint(errors.New("--import and --token-file are for --backend transit"), "parley-keyd init --backend transit --import")
+		}
+	case signer.Transit, signer.PKCS11:
+		if o.importKey && o.backend != signer.Transit {
+			return errors.New("--import is for --backend transit: a PKCS#11 key is generated in the token")
+		}
+		return initKeyService(o.backend, o.state, o.configDir, o.socket, firstOf(o.agents), firstOf(o.approvers), o.passFile, o.tokenFile, o.importKey)
+	default:
+		return fmt.Errorf("--backend %q is not one of file, transit, pkcs11", o.backend)
+	}
 	// Every name is checked before anything is written: a configuration
 	// naming a user who does not exist lets nobody in, silently.
 	for _, list := range [][]string{o.agents, o.approvers} {
@@ -121,7 +148,7 @@ func runInit(o initOptions) error {
 
 	tmpl := keyd.ConfigTemplate{Socket: protocol.SocketPath(o.socket), SocketGroup: o.socketGroup, Agents: o.agents, Approvers: o.approvers}
 	cfgPath := filepath.Join(o.configDir, "config.toml")
-	if err := writeConfigFile(cfgPath, tmpl.Text(), owner, o); err != nil {
+	if err := writeConfigFile(cfgPath, tmpl.Text()+signer.Template(signer.File), owner, o); err != nil {
 		return err
 	}
 	if err := writeConfigFile(filepath.Join(o.configDir, "policy.toml"), policies.DefaultText(), owner, o); err != nil {
@@ -338,6 +365,45 @@ func infof(format string, args ...any) {
 
 func warnf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "parley-keyd: warning: "+format+"\n", args...)
+}
+
+func firstOf(list []string) string {
+	if len(list) == 0 {
+		return ""
+	}
+	return list[0]
+}
+
+// defaultUsers names the user who runs init as agent and approver when
+// neither is given: a single-user set-up, whose approvals are weak.
+func defaultUsers(agent, approver string) (string, string) {
+	if agent == "" && approver == "" {
+		if u, err := user.Current(); err == nil && os.Geteuid() != 0 {
+			return u.Username, u.Username
+		}
+	}
+	return agent, approver
+}
+
+// writeIfAbsent creates path with content, leaving an existing file alone so
+// that an admin's edits survive a second init (the key service set-up).
+func writeIfAbsent(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if errors.Is(err, fs.ErrExist) {
+		fmt.Fprintf(os.Stderr, "parley-keyd: keeping the existing %s\n", path)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func readPassphraseFile(path string) ([]byte, error) {

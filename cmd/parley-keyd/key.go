@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -361,4 +362,30 @@ func readBackup(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is too large for a key backup", path)
 	}
 	return b, nil
+}
+
+// rotatedKeys returns the principal keys rotated out, oldest first, from
+// principal.previous in the first of dirs that has one: the keys that may
+// have signed the audit log's older checkpoints. Every key listed counts,
+// whether or not its overlap has ended: the checkpoints it signed stay.
+func rotatedKeys(dirs ...string) ([]ed25519.PublicKey, error) {
+	for _, dir := range dirs {
+		prev, err := keystore.Previous(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := make([]ed25519.PublicKey, 0, len(prev))
+		for _, p := range prev {
+			k, err := grant.ParsePublicKey(p.Key)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", keystore.PreviousFileName, err)
+			}
+			out = append(out, ed25519.PublicKey(k))
+		}
+		return out, nil
+	}
+	return nil, nil
 }

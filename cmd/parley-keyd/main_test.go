@@ -1,25 +1,32 @@
 package main
 
 import (
-	"flag"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"fmt"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/internal/clitest"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // TestMain lets the test binary run as the real parley-keyd inside scripts
 // (testscript puts it on PATH under that name), and removes what the tests
-// built or copied.
+// built, copied or created (clitest.Cleanup, testpeer.Cleanup).
 func TestMain(m *testing.M) {
 	testscript.Main(cleanupM{m, func() { clitest.Cleanup(); testpeer.Cleanup() }}, map[string]func(){
 		"parley-keyd": func() { os.Exit(run(os.Args[1:])) },
 	})
 }
 
-// cleanupM runs the tests, then removes what they built or copied.
+// cleanupM runs the tests, then the cleanup: testscript.Main exits the
+// process itself, so the cleanup goes inside the run it calls.
 type cleanupM struct {
 	m       *testing.M
 	cleanup func()
@@ -30,8 +37,6 @@ func (c cleanupM) Run() int {
 	return c.m.Run()
 }
 
-var update = flag.Bool("update", false, "rewrite the cmp files of testdata/script from the actual output")
-
 // TestScripts runs the admin's command lines in testdata/script against the
 // real binaries, with the state folder, the configuration folder and the
 // socket in the script's work folder (internal/clitest), as the model of
@@ -41,12 +46,53 @@ func TestScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmds := clitest.Cmds()
+	cmds["mkaudit"] = cmdMkaudit
+	cmds["dropline"] = cmdDropline
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
-		UpdateScripts:       *update,
+		UpdateScripts:       *updateScripts, // -update, audit_test.go
 		Setup:               func(env *testscript.Env) error { return clitest.Setup(env, bin) },
-		Cmds:                clitest.Cmds(),
+		Cmds:                cmds,
 		Condition:           clitest.Condition,
 	})
 }
+
+// cmdMkaudit writes an audit log of N records, as the daemon writes them,
+// with checkpoints signed by a fixed key whose public half it writes to
+// FILE.pub: mkaudit FILE N.
+func cmdMkaudit(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: mkaudit FILE N")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	seed := sha256.Sum256([]byte("parley-keyd exit code script key"))
+	key := ed25519.NewKeyFromSeed(seed[:])
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]+".pub"), []byte(audit.FormatKey(key.Public().(ed25519.PublicKey))+"\n"), 0o644))
+	l, err := audit.Options{Signer: key}.Open(ts.MkAbs(args[0]))
+	ts.Check(err)
+	for i := range n {
+		_, err := l.Append(audit.Record{Kind: audit.KindPolicyReload, Decision: "loaded", Message: fmt.Sprintf("record %d", i)})
+		ts.Check(err)
+	}
+	ts.Check(l.Close())
+}
+
+// cmdDropline removes line N (from 1) of a file: dropline FILE N.
+func cmdDropline(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: dropline FILE N")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	lines := strings.SplitAfter(ts.ReadFile(args[0]), "\n")
+	if n < 1 || n > len(lines) {
+		ts.Fatalf("dropline: %s has no line %d", args[0], n)
+	}
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]), []byte(strings.Join(slices.Delete(lines, n-1, n), "")), 0o600))
+}
+
+// cmdRC is clitest's rc, for the scripts of testdata/audit.
+var cmdRC = clitest.Cmds()["rc"]

@@ -12,13 +12,12 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
-	"github.com/parley-keyd/parley-keyd/keyd/keystore"
-
+	"github.com/parley-keyd/parley-keyd/internal/journal"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 )
 
 func newServeCmd() *cobra.Command {
@@ -61,31 +60,29 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	if cfg.Socket == "" {
 		cfg.Socket = protocol.DefaultSocket
 	}
-	signer, err := keystore.Load(state, func() ([]byte, error) {
-		if passFile != "" {
-			return readPassphraseFile(passFile)
-		}
-		if !term.IsTerminal(int(os.Stdin.Fd())) {
-			return nil, errors.New("the key is encrypted: pass --passphrase-file or run on a terminal")
-		}
-		fmt.Fprint(os.Stderr, "parley-keyd: passphrase for the principal key: ")
-		p, err := term.ReadPassword(int(os.Stdin.Fd()))
-		fmt.Fprintln(os.Stderr)
-		return p, err
-	})
+	signer, err := openSigner(cfg, state, passFile, logger)
 	if err != nil {
 		return err
 	}
 	defer signer.Close()
-	if err := signer.MlockError(); err != nil {
-		logger.Printf("warning: could not lock the key in memory (it may reach swap): %v", err)
-	}
 
 	previous, err := previousKeys(state)
 	if err != nil {
 		return err
 	}
-	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, Previous: previous, Logf: logger.Printf})
+	// The audit log's checkpoints before a rotation are the old keys'.
+	rotated, err := rotatedKeys(state)
+	if err != nil {
+		return err
+	}
+	// The audit log writes every record and checkpoint to the journal and
+	// preallocates 16 KiB ahead (docs/audit.md); it signs its checkpoints
+	// with the signer. Witnesses, segments and retention are the
+	// configuration's to add.
+	jl := journal.New(journal.Options{Identifier: "parley-keyd"})
+	defer jl.Close()
+	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, SignerInfo: signer.Describe().String(), Previous: previous, Logf: logger.Printf,
+		AuditOptions: audit.Options{Journal: jl, Preallocate: 16 << 10, Previous: rotated}})
 	var pe *keyd.PolicyError
 	switch {
 	case errors.As(err, &pe):
@@ -110,7 +107,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	if err != nil {
 		return err
 	}
-	logger.Printf("listening on %s; principal %s", ln.Addr(), d.Principal())
+	logger.Printf("listening on %s; principal %s; signer %s", ln.Addr(), d.Principal(), signer.Describe())
 	stopPhone, err := startPhone(d.Server, cfg, state, logger.Printf)
 	if err != nil {
 		ln.Close()

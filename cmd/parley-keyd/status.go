@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -398,7 +400,7 @@ func hello(path string) (*protocol.Manifest, *protocol.Error, error) {
 
 func (d *doctor) checkAudit() {
 	path := filepath.Join(d.o.state, "audit.log")
-	f, err := os.Open(path)
+	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		d.warn("audit", "the daemon creates it when it first starts", "%s does not exist yet", path)
 		return
@@ -407,16 +409,26 @@ func (d *doctor) checkAudit() {
 		d.fail("audit", "run status as root or as the daemon's user", "%v", err)
 		return
 	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Mode().Perm()&0o077 != 0 {
+	if fi.Mode().Perm()&0o077 != 0 {
 		d.fail("audit", "sudo chmod 0600 "+path, "%s is mode %04o: others may read or change it", path, fi.Mode().Perm())
 	}
-	head, err := audit.VerifyChain(bufio.NewReader(f))
+	// The whole log: its chain, and every checkpoint signed by the
+	// principal key (or, before a rotation, by a key rotated out).
+	o := audit.VerifyOptions{}
+	if pub, err := keystore.PublicKey(d.o.state); err == nil {
+		o.Key = pub
+		if o.Previous, err = rotatedKeys(d.o.state); err != nil {
+			d.fail("audit", "", "%v", err)
+			return
+		}
+	}
+	rep, err := audit.Verify(path, o)
 	if err != nil {
-		d.fail("audit", "find the line with: parley-keyd audit verify; keep a copy for investigation", "%s does not verify: %v", path, err)
+		d.fail("audit", "find the line with: parley-keyd audit verify; keep a copy of every file for investigation", "%s does not verify: %v", path, err)
 		return
 	}
-	rep, src, err := lastReportedHead(d.o.state)
+	head := rep.Head
+	rep2, src, err := lastReportedHead(d.o.state)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		d.warn("audit", "", "%s, head %s; the daemon has reported no head yet to compare with", count(int(head.Seq), "record"), head.Hash)
@@ -425,12 +437,12 @@ func (d *doctor) checkAudit() {
 		d.fail("audit", "", "%s, head %s; the head the daemon reported cannot be read: %v", count(int(head.Seq), "record"), head.Hash, err)
 		return
 	}
-	if msg := compareHead(path, head, rep, d.answered); msg != "" {
-		d.fail("audit", "the log was cut, rolled back or rewritten since; compare with the journal (journalctl -u parley-keyd) and keep a copy for investigation",
+	if msg := compareHead(path, head, rep2, d.answered); msg != "" {
+		d.fail("audit", "the log was cut, rolled back or rewritten since; compare with the journal (journalctl -u parley-keyd) and the witnesses, and keep a copy for investigation",
 			"%s, head %s; %s (%s)", count(int(head.Seq), "record"), head.Hash, msg, src)
 		return
 	}
-	d.ok("audit", "%s, head %s; it holds the head the daemon reported at its %s (record %d)", count(int(head.Seq), "record"), head.Hash, rep.Event, rep.Seq)
+	d.ok("audit", "%s, head %s; it holds the head the daemon reported at its %s (record %d)", count(int(head.Seq), "record"), head.Hash, rep2.Event, rep2.Seq)
 }
 
 // lastReportedHead returns the audit head the daemon last reported outside
@@ -463,23 +475,33 @@ func compareHead(path string, cur audit.Head, rep keyd.HeadReport, running bool)
 	return ""
 }
 
-// headAt returns the head of the first n records of the log at path.
+// headAt returns the head at record n of the log's active file at path:
+// n and the chain hash of its line (docs/audit.md). A record before the
+// active file's first (in a closed segment) is reported as not found.
 func headAt(path string, n uint64) (audit.Head, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return audit.Head{}, err
 	}
 	defer f.Close()
-	var prefix bytes.Buffer
-	br := bufio.NewReader(f)
-	for i := uint64(0); i < n; i++ {
-		line, err := br.ReadBytes('\n')
-		if err != nil {
-			return audit.Head{}, fmt.Errorf("the log ends at record %d", i)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var r struct {
+			Seq uint64 `json:"seq"`
 		}
-		prefix.Write(line)
+		if json.Unmarshal(sc.Bytes(), &r) != nil {
+			continue
+		}
+		if r.Seq == n {
+			sum := sha256.Sum256(sc.Bytes())
+			return audit.Head{Seq: n, Hash: base64.RawURLEncoding.EncodeToString(sum[:])}, nil
+		}
+		if r.Seq > n {
+			break
+		}
 	}
-	return audit.VerifyChain(&prefix)
+	return audit.Head{}, fmt.Errorf("record %d is not in %s", n, path)
 }
 
 func (d *doctor) checkLock() {

@@ -1,23 +1,33 @@
-// Command bench measures parley-keyd against OpenSSH's ssh-agent on the same
-// machine in one run, and prints the figures of docs/performance.md:
+// Command bench measures parley-keyd against the floor of its work and
+// against OpenSSH's ssh-agent on the same machine in one run, and prints the
+// figures of docs/performance.md:
 //
+//   - the floor of one auto grant, measured here and now (floor.go): an
+//     NDJSON echo round trip to another process with frames of a GRANT's
+//     size, the Ed25519 work of a grant, and one durable write done the way
+//     the audit log does it;
 //   - a grant decided by policy (auto) over the real socket, with the audit
-//     log fsynced: latency p50 and p99 of one client in sequence, and
-//     throughput with 16 concurrent clients, each on its own connection;
-//   - the same for ssh-agent signing 200 bytes with an Ed25519 key over its
-//     socket, driven by golang.org/x/crypto/ssh/agent;
-//   - the ratios of the two;
-//   - grant verification of 1-, 3- and 8-block chains next to the bare
-//     signature checks (grant's own benchmarks);
+//     log fsynced, driven by client.Client (keyd/client) and by a client written from
+//     docs/protocol.md: latency p50 and p99 of one client in sequence,
+//     throughput with 16 concurrent clients, each on its own connection,
+//     and the CPU time of daemon and clients per request;
+//   - ssh-agent signing 200 bytes with an Ed25519 key, the same way;
+//   - all of it in rounds, interleaved (floor, then each system), and the
+//     medians over the rounds of the ratios: issue latency to the floor,
+//     the daemon's CPU per grant to its Ed25519 work, throughput to
+//     ssh-agent's, client.Client's CPU to the protocol client's;
+//   - grant verification of 1-, 3- and 8-block chains: overhead over the
+//     bare signature checks, with a warm BlockCache, and next to a chain of
+//     JWTs of the same shape; and the cost of grant's defences when it signs
+//     (grant's own benchmarks);
 //   - the daemon's resident memory idle and with 1000 idle connections, and
-//     its time from exec to the first answered HELLO (median of several
-//     starts).
+//     its time from exec to the first answered HELLO.
 //
 // It builds the real parley-keyd binary (or takes -keyd), runs it as a child
 // process on a temporary state folder, and talks to it only over its Unix
 // socket. Usage, from the repository root:
 //
-//	go run ./internal/bench [-json figures.json] [-perf perf.data]
+//	go run ./internal/bench [-rounds 5] [-json figures.json] [-perf perf.data]
 //
 // Needs ssh-agent on the PATH (Debian: openssh-client) and the go command.
 package main
@@ -36,20 +46,26 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/keyd/client"
-
-	"github.com/parley-keyd/parley-keyd/keyd/audit"
-
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/client"
 	"golang.org/x/sys/unix"
 )
 
 func main() {
+	// The bench re-executes itself as the echo process of the floor.
+	if sock := os.Getenv(echoEnv); sock != "" {
+		n, _ := strconv.Atoi(os.Getenv(echoReplyEnv))
+		fmt.Fprintf(os.Stderr, "bench echo: %v\n", serveEcho(sock, n))
+		os.Exit(1)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
@@ -58,11 +74,21 @@ func main() {
 
 type options struct {
 	keydBin, sshAgentBin, dir, jsonOut, perfOut string
-	n, warm, clients, readyRuns, conns          int
+	cpuProfile                                  string
+	n, warm, clients, readyRuns, conns, rounds  int
 	duration                                    time.Duration
 	verifyTime                                  string
 	verify                                      bool
+	signers                                     string
+	startup                                     string // record counts for the start-up figures (startup.go)
 }
+
+// The bench's own systems.
+const (
+	sysKeyd     = "parley-keyd, client.Client"
+	sysKeydDocs = "parley-keyd, protocol client"
+	sysSSH      = "ssh-agent"
+)
 
 // Figures is everything one run measured; -json writes it.
 type Figures struct {
@@ -71,20 +97,24 @@ type Figures struct {
 		CPUs            int
 		Time            string
 	}
-	KeydLatency     latency
-	KeydThroughput  throughput
-	SSHLatency      latency
-	SSHThroughput   throughput
-	LatencyRatio    float64 // ssh-agent p50 / parley-keyd p50; goal ≥ 2
-	ThroughputRatio float64 // parley-keyd / ssh-agent with 16 clients; goal ≥ 5
-	Verify          []verifyRow
-	VerifyMethod    string
-	IdleRSSKiB      int
-	ConnsRSSKiB     int   // the larger of ConnsRounds
-	ConnsRounds     []int // resident memory with Conns idle connections, first and second time
-	Conns           int
-	SSHIdleRSSKiB   int
-	ReadyMedian     time.Duration
+	Systems []string
+	// GrantSystems are the systems whose requests are auto grants.
+	GrantSystems []string
+	// Sizes of a GRANT frame, its reply and an audit issue record, with
+	// their newlines: the floor uses lines of these sizes.
+	RequestBytes, ReplyBytes, RecordBytes int
+	Rounds                                []round
+	Summary                               summary
+	Verify                                []verifyRow
+	VerifyMethod                          string
+	Compare                               []compareRow
+	SignCheck                             map[string]float64
+	IdleRSSKiB                            int
+	ConnsRSSKiB                           int   // the larger of ConnsRounds
+	ConnsRounds                           []int // resident memory with Conns idle connections, first and second time
+	Conns                                 int
+	SSHIdleRSSKiB                         int
+	ReadyMedian                           time.Duration
 	// ReadyLogMedian is the start-up time again, with the audit log of
 	// ReadyLogRecords records that the load left behind.
 	ReadyLogMedian  time.Duration
@@ -93,26 +123,33 @@ type Figures struct {
 	Ready           []time.Duration
 	AuditRecords    string
 	// AuditBatch is the mean number of issue records committed by one
-	// write and fsync during the throughput run: the records of one group
-	// commit share their time stamp.
+	// write and fsync during the throughput runs with client.Client: the
+	// records of one group commit share their time stamp.
 	AuditBatch float64
+	// Signers are the GRANT figures through each key backend (-signers).
+	Signers []signerRow  `json:",omitempty"`
+	Startup []startupRow // start-up against the audit log's length
 }
 
 func run() error {
 	var o options
 	flag.StringVar(&o.keydBin, "keyd", "", "parley-keyd binary (default: build ./cmd/parley-keyd)")
 	flag.StringVar(&o.sshAgentBin, "ssh-agent", "ssh-agent", "OpenSSH ssh-agent binary")
-	flag.StringVar(&o.dir, "dir", "", "folder for the state folder and sockets; its filesystem decides the cost of fsync (default: $TMPDIR)")
+	flag.StringVar(&o.dir, "dir", "", "folder for the state folder, sockets and the floor's files; its filesystem decides the cost of fsync (default: $TMPDIR)")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the figures to this file as JSON")
-	flag.StringVar(&o.perfOut, "perf", "", "record a perf profile of the daemon during its load phases into this file (needs perf)")
-	flag.IntVar(&o.n, "n", 2000, "requests timed in sequence for the latency figures")
-	flag.IntVar(&o.warm, "warm", 200, "untimed requests before the latency run")
+	flag.StringVar(&o.perfOut, "perf", "", "after the rounds, record perf profiles of the daemon under the protocol clients' load into this file, and in sequence into FILE.seq (needs perf)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the clients) during the rounds to this file; samples carry the labels system and phase")
+	flag.IntVar(&o.rounds, "rounds", 5, "rounds of floor and systems, interleaved; the figures are medians over them")
+	flag.IntVar(&o.n, "n", 2000, "requests timed in sequence per system and round for the latency figures")
+	flag.IntVar(&o.warm, "warm", 200, "untimed requests per system before the first round")
 	flag.IntVar(&o.clients, "clients", 16, "concurrent clients for the throughput figures")
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "how long each throughput run lasts")
 	flag.IntVar(&o.readyRuns, "ready-runs", 9, "daemon starts timed for the ready figure")
 	flag.IntVar(&o.conns, "conns", 1000, "idle connections for the memory figure")
 	flag.StringVar(&o.verifyTime, "verify-benchtime", "1s", "-benchtime of grant's verification benchmarks")
-	flag.BoolVar(&o.verify, "verify", true, "run grant's verification benchmarks")
+	flag.BoolVar(&o.verify, "verify", true, "run grant's verification and signing benchmarks")
+	flag.StringVar(&o.signers, "signers", "", `key backends too: "also" after the main figures, "only" for them alone (needs SoftHSM2)`)
+	flag.StringVar(&o.startup, "startup", "1000,100000,1000000", "audit log lengths for the start-up figures (empty: none)")
 	flag.Parse()
 
 	sshBin, err := exec.LookPath(o.sshAgentBin)
@@ -140,6 +177,11 @@ func run() error {
 		if bin, err = buildKeyd(dir); err != nil {
 			return err
 		}
+	}
+	if o.signers == "only" {
+		rows, err := measureSigners(o, bin, dir)
+		reportSigners(os.Stdout, rows)
+		return err
 	}
 	state, sock, err := initState(bin, dir)
 	if err != nil {
@@ -178,47 +220,6 @@ func run() error {
 		fig.ConnsRSSKiB = max(fig.ConnsRSSKiB, kib)
 	}
 
-	stopPerf, err := startPerf(o.perfOut, pid)
-	if err != nil {
-		return err
-	}
-	step("parley-keyd: %d grants in sequence, then %d clients for %v", o.n, o.clients, o.duration)
-	ops, closeOps, err := keydClients(sock, o.clients)
-	if err != nil {
-		stopPerf()
-		return err
-	}
-	fig.KeydLatency, err = measureLatency(pid, ops[0], o.warm, o.n)
-	if err == nil {
-		fig.KeydThroughput, err = measureThroughput(pid, ops, o.duration)
-	}
-	closeOps()
-	stopPerf()
-	if err != nil {
-		return fmt.Errorf("parley-keyd: %w", err)
-	}
-	if err := d.stop(); err != nil {
-		return err
-	}
-	if fig.AuditBatch, err = auditBatch(filepath.Join(state, "audit.log"), fig.KeydThroughput.Start, fig.KeydThroughput.End); err != nil {
-		return err
-	}
-	out, err := exec.Command(bin, "audit", "verify", "--state", state).CombinedOutput()
-	fig.AuditRecords = strings.TrimSpace(string(out))
-	if err != nil {
-		return fmt.Errorf("audit log after the run: %v: %s", err, out)
-	}
-	// The daemon verifies its whole audit log before it accepts, so its
-	// start-up time grows with the log: time it again with the run's log.
-	step("timing daemon starts with the audit log of the run")
-	if fig.ReadyLog, fig.ReadyLogMedian, err = timeStarts(bin, state, sock, max(1, o.readyRuns/3)); err != nil {
-		return err
-	}
-	if fig.ReadyLogRecords, err = countLines(filepath.Join(state, "audit.log")); err != nil {
-		return err
-	}
-
-	step("ssh-agent: %d signatures in sequence, then %d clients for %v", o.n, o.clients, o.duration)
 	a, err := startSSHAgent(sshBin, dir)
 	if err != nil {
 		return err
@@ -227,30 +228,141 @@ func run() error {
 	if fig.SSHIdleRSSKiB, err = rssKiB(a.pid()); err != nil {
 		return err
 	}
-	sops, closeSSH, err := sshClients(a, o.clients)
+
+	systems := []*system{
+		{name: sysKeyd, pid: pid, grants: true, connect: func(n int) ([]op, func(), error) { return keydClients(sock, n) }},
+		{name: sysKeydDocs, pid: pid, grants: true, connect: func(n int) ([]op, func(), error) { return rawClients(sock, n) }},
+		{name: sysSSH, pid: a.pid(), connect: func(n int) ([]op, func(), error) { return sshClients(a, n) }},
+	}
+	env := &benchEnv{bin: bin, dir: dir, clients: o.clients}
+	for _, add := range extraSystems {
+		more, err := add(env)
+		if err != nil {
+			return err
+		}
+		systems = append(systems, more...)
+	}
+	defer func() {
+		for _, s := range systems {
+			if s.close != nil {
+				s.close()
+			}
+			if s.stop != nil {
+				s.stop()
+			}
+		}
+	}()
+	for _, s := range systems {
+		fig.Systems = append(fig.Systems, s.name)
+		if s.grants {
+			fig.GrantSystems = append(fig.GrantSystems, s.name)
+		}
+		if s.ops, s.close, err = s.connect(o.clients); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		step("%s: %d requests to warm up", s.name, o.warm)
+		for i := 0; i < o.warm; i++ {
+			if err := s.ops[0](); err != nil {
+				return fmt.Errorf("%s: warm-up request %d: %w", s.name, i+1, err)
+			}
+		}
+	}
+
+	// The floor's frames and record have the sizes of the real ones.
+	probe, err := dialRaw(sock)
 	if err != nil {
 		return err
 	}
-	fig.SSHLatency, err = measureLatency(a.pid(), sops[0], o.warm, o.n)
-	if err == nil {
-		fig.SSHThroughput, err = measureThroughput(a.pid(), sops, o.duration)
-	}
-	closeSSH()
+	err = probe.grant()
+	probe.close()
 	if err != nil {
-		return fmt.Errorf("ssh-agent: %w", err)
+		return err
 	}
-	a.stop()
+	fig.RequestBytes, fig.ReplyBytes = probe.lastReq, probe.lastReply
+	if fig.RecordBytes, err = lastIssueRecord(filepath.Join(state, "audit.log")); err != nil {
+		return err
+	}
+	step("floor: echo frames of %d and %d bytes, audit records of %d bytes", fig.RequestBytes, fig.ReplyBytes, fig.RecordBytes)
+	fl, err := startFloor(dir, fig.RequestBytes, fig.ReplyBytes, fig.RecordBytes)
+	if err != nil {
+		return err
+	}
+	defer fl.stop()
 
-	if o.verify {
-		step("grant verification benchmarks")
-		if fig.Verify, fig.VerifyMethod, err = measureVerify(o.verifyTime); err != nil {
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
+	}
+	fig.Rounds, err = runRounds(systems, fl, o.rounds, o.n, o.duration)
+	stopProfile()
+	if err != nil {
+		return err
+	}
+	if o.perfOut != "" {
+		if err := profileDaemon(o.perfOut, pid, systems[1], o.n, o.duration); err != nil {
 			return err
 		}
 	}
-	fig.LatencyRatio = float64(fig.SSHLatency.P50) / float64(fig.KeydLatency.P50)
-	fig.ThroughputRatio = fig.KeydThroughput.PerSec / fig.SSHThroughput.PerSec
+	for _, s := range systems {
+		s.close()
+		s.close = nil
+	}
+	if err := d.stop(); err != nil {
+		return err
+	}
+	var windows [][2]time.Time
+	for _, r := range fig.Rounds {
+		t := r.Throughput[sysKeyd]
+		windows = append(windows, [2]time.Time{t.Start, t.End})
+	}
+	if fig.AuditBatch, err = auditBatch(filepath.Join(state, "audit.log"), windows); err != nil {
+		return err
+	}
+	out, err := exec.Command(bin, "audit", "verify", "--state", state).CombinedOutput()
+	fig.AuditRecords = strings.TrimSpace(string(out))
+	if err != nil {
+		return fmt.Errorf("audit log after the run: %v: %s", err, out)
+	}
+	// The daemon verifies its audit log before it accepts, so its start-up
+	// time may grow with the log: time it again with the run's log.
+	step("timing daemon starts with the audit log of the run")
+	if fig.ReadyLog, fig.ReadyLogMedian, err = timeStarts(bin, state, sock, max(1, o.readyRuns/3)); err != nil {
+		return err
+	}
+	if fig.ReadyLogRecords, err = countLines(filepath.Join(state, "audit.log")); err != nil {
+		return err
+	}
+	a.stop()
+	fl.stop()
+
+	if o.verify {
+		step("grant verification and signing benchmarks")
+		if fig.Verify, fig.VerifyMethod, err = measureVerify(o.verifyTime); err != nil {
+			return err
+		}
+		if fig.Compare, err = measureCompare(o.verifyTime); err != nil {
+			return err
+		}
+		if fig.SignCheck, err = measureSignCheck(o.verifyTime); err != nil {
+			return err
+		}
+	}
+	if o.signers == "also" {
+		step("key backends")
+		if fig.Signers, err = measureSigners(o, bin, dir); err != nil {
+			return err
+		}
+	}
+	if sizes, err := parseSizes(o.startup); err != nil {
+		return err
+	} else if fig.Startup, err = measureStartup(bin, dir, sizes, 9); err != nil {
+		return err
+	}
+	fig.Summary = summarize(&fig)
 
 	report(os.Stdout, &fig)
+	reportSigners(os.Stdout, fig.Signers)
+	reportStartup(os.Stdout, fig.Startup)
 	if o.jsonOut != "" {
 		b, err := json.MarshalIndent(&fig, "", "  ")
 		if err != nil {
@@ -291,10 +403,10 @@ func keydClients(sock string, n int) ([]op, func(), error) {
 			closeAll()
 			return nil, nil, err
 		}
+		// No deadline, like the protocol client: the two cost the same
+		// but for the client itself.
 		ops = append(ops, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			res, err := c.Grant(ctx, key, cavs, nil)
+			res, err := c.Grant(context.Background(), key, cavs, nil)
 			if err == nil && res.Decision != "auto" {
 				err = fmt.Errorf("grant decided by %q, want auto", res.Decision)
 			}
@@ -358,8 +470,8 @@ func countLines(path string) (int, error) {
 }
 
 // auditBatch reads the audit log and returns the mean number of issue
-// records per group commit among those written between from and to.
-func auditBatch(path string, from, to time.Time) (float64, error) {
+// records per group commit among those written within the windows.
+func auditBatch(path string, windows [][2]time.Time) (float64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
@@ -375,7 +487,10 @@ func auditBatch(path string, from, to time.Time) (float64, error) {
 			return 0, fmt.Errorf("%s: %w", path, err)
 		}
 		t, err := time.Parse(time.RFC3339Nano, rec.Time)
-		if err != nil || rec.Kind != audit.KindIssue || t.Before(from) || t.After(to) {
+		if err != nil || rec.Kind != audit.KindIssue {
+			continue
+		}
+		if !slices.ContainsFunc(windows, func(w [2]time.Time) bool { return !t.Before(w[0]) && !t.After(w[1]) }) {
 			continue
 		}
 		records++
@@ -385,25 +500,83 @@ func auditBatch(path string, from, to time.Time) (float64, error) {
 		return 0, err
 	}
 	if len(groups) == 0 {
-		return 0, fmt.Errorf("%s: no records written during the throughput run", path)
+		return 0, fmt.Errorf("%s: no records written during the throughput runs", path)
 	}
 	return float64(records) / float64(len(groups)), nil
 }
 
-// startPerf records the daemon's CPU profile with perf until the returned
-// function is called. No file name, no profile.
-func startPerf(out string, pid int) (func(), error) {
-	if out == "" {
-		return func() {}, nil
+// lastIssueRecord returns the length, with its newline, of the last issue
+// record in the audit log.
+func lastIssueRecord(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
 	}
+	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		var rec struct{ Kind string }
+		if json.Unmarshal(lines[i], &rec) == nil && rec.Kind == audit.KindIssue {
+			return len(lines[i]) + 1, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: no issue record", path)
+}
+
+// profileDaemon records perf profiles of the daemon: under the load of s's
+// clients for twice d into out, and under n requests of one client in
+// sequence into out.seq. Read them with perf report -i FILE --children.
+func profileDaemon(out string, pid int, s *system, n int, d time.Duration) error {
+	step("perf: the daemon under %d clients for %v, then %d requests in sequence", len(s.ops), 2*d, n)
+	stop, err := startPerf(out, pid)
+	if err != nil {
+		return err
+	}
+	_, err = measureThroughput(pid, s.ops, 2*d)
+	stop()
+	if err != nil {
+		return err
+	}
+	if stop, err = startPerf(out+".seq", pid); err != nil {
+		return err
+	}
+	_, err = measureLatency(pid, s.ops[0], 0, n)
+	stop()
+	return err
+}
+
+// startPerf records the daemon's CPU profile with perf until the returned
+// function is called.
+func startPerf(out string, pid int) (func(), error) {
 	cmd := exec.Command("perf", "record", "-F", "999", "-g", "-p", fmt.Sprint(pid), "-o", out)
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("perf: %w", err)
 	}
+	// perf needs a moment to attach before the load starts.
+	time.Sleep(300 * time.Millisecond)
 	return func() {
 		cmd.Process.Signal(syscall.SIGINT)
 		cmd.Wait()
+	}, nil
+}
+
+// startCPUProfile profiles this process until the returned function is
+// called. No file name, no profile.
+func startCPUProfile(out string) (func(), error) {
+	if out == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
 	}, nil
 }
 

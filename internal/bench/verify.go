@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -90,4 +91,81 @@ func benchMetrics(s string) map[string]float64 {
 		}
 	}
 	return m
+}
+
+// compareRow is grant verification of a chain of Blocks blocks in thread CPU
+// nanoseconds (grant's BenchmarkVerifyCompare): without a cache (Cold),
+// with a cache that misses (Miss), with a warm cache (Warm), a chain of
+// EdDSA JWTs of the same shape verified with golang-jwt (JWT), and the bare
+// signature checks (Ed25519).
+type compareRow struct {
+	Blocks                         int
+	Cold, Miss, Warm, JWT, Ed25519 float64
+}
+
+var benchResult = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+\d+\s+(.*)$`)
+
+// runBench runs grant's benchmarks matching pattern and returns each
+// result's metrics by benchmark name (without the -GOMAXPROCS suffix).
+func runBench(pattern, benchtime string) (map[string]map[string]float64, []string, error) {
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", pattern, "-benchtime", benchtime, "-count", "1",
+		"github.com/parley-keyd/parley-keyd/grant")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, nil, fmt.Errorf("go test -bench %s ./grant: %v\n%s", pattern, err, out)
+	}
+	res := map[string]map[string]float64{}
+	var order []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if m := benchResult.FindStringSubmatch(sc.Text()); m != nil {
+			res[m[1]] = benchMetrics(m[3])
+			order = append(order, m[1])
+		}
+	}
+	return res, order, nil
+}
+
+// measureCompare runs grant's BenchmarkVerifyCompare.
+func measureCompare(benchtime string) ([]compareRow, error) {
+	res, order, err := runBench("^BenchmarkVerifyCompare$", benchtime)
+	if err != nil {
+		return nil, err
+	}
+	var rows []compareRow
+	for _, name := range order {
+		_, blocks, ok := strings.Cut(name, "/blocks=")
+		n, err := strconv.Atoi(blocks)
+		if !ok || err != nil {
+			continue
+		}
+		m := res[name]
+		rows = append(rows, compareRow{Blocks: n, Cold: m["cold-cpu-ns/op"], Miss: m["miss-cpu-ns/op"], Warm: m["warm-cpu-ns/op"],
+			JWT: m["jwt-cpu-ns/op"], Ed25519: m["ed25519-cpu-ns/op"]})
+	}
+	if len(rows) == 0 {
+		return nil, errors.New("BenchmarkVerifyCompare reported nothing")
+	}
+	return rows, nil
+}
+
+// measureSignCheck runs grant's BenchmarkSignCheck: thread CPU nanoseconds
+// of a bare signature, a signature checked by verification, two compared,
+// and MakeProof, by those names.
+func measureSignCheck(benchtime string) (map[string]float64, error) {
+	res, _, err := runBench("^BenchmarkSignCheck$", benchtime)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := res["BenchmarkSignCheck"]
+	if !ok {
+		return nil, errors.New("BenchmarkSignCheck reported nothing")
+	}
+	out := map[string]float64{}
+	for k, v := range m {
+		if name, ok := strings.CutSuffix(k, "-cpu-ns/op"); ok {
+			out[name] = v
+		}
+	}
+	return out, nil
 }

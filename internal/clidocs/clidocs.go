@@ -10,9 +10,15 @@ package clidocs
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
 
+	"github.com/cpuguy83/go-md2man/v2/md2man"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 )
@@ -81,4 +87,50 @@ func Write(root *cobra.Command, dir, section, source string) error {
 		}
 	}
 	return nil
+}
+
+// pageName matches the markdown source of a page: NAME.SECTION.md.
+var pageName = regexp.MustCompile(`^([a-z0-9][a-z0-9._-]*)\.([1-9])\.md$`)
+
+// WritePages renders the man pages written in markdown in pages, NAME.S.md
+// each (go-md2man's dialect, whose first line is the page's title line),
+// into dir/man/manS/NAME.S: the pages that no command generates, such as the
+// formats of configuration files in section 5. "@DATE@" in a page becomes
+// the month that Write puts on the generated pages, "@SOURCE@" source.
+func WritePages(pages fs.FS, dir, source string) error {
+	entries, err := fs.ReadDir(pages, ".")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		m := pageName.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		md, err := fs.ReadFile(pages, e.Name())
+		if err != nil {
+			return err
+		}
+		md = []byte(strings.NewReplacer("@DATE@", pageDate(), "@SOURCE@", source).Replace(string(md)))
+		out := filepath.Join(dir, "man", "man"+m[2])
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, m[1]+"."+m[2]), md2man.Render(md), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pageDate is the month on the pages, as cobra writes it: that of
+// $SOURCE_DATE_EPOCH when it is set (reproducible builds), else of today.
+func pageDate() string {
+	t := time.Now()
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			t = time.Unix(n, 0)
+		}
+	}
+	return t.UTC().Format("Jan 2006")
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/parley-keyd/parley-keyd/internal/testkeys"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -169,4 +170,25 @@ func TestReadRefuses(t *testing.T) {
 			t.Error(err)
 		}
 	})
+}
+
+// TestReadRefusesKeylessKeys: a key file whose public key line names a
+// small-order key, in any encoding, or a key in a non-canonical spelling,
+// is refused with the key error, not read past (issue 10 item 1).
+func TestReadRefusesKeylessKeys(t *testing.T) {
+	dir := t.TempDir()
+	keyLine := "PARLEY-AGENT-KEY-1 AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI\n"
+	for i, k := range append(testkeys.SmallOrder(), testkeys.NonCanonical()...) {
+		t.Run("fail/"+k.Name, func(t *testing.T) {
+			path := filepath.Join(dir, "k"+strings.Repeat("x", i))
+			data := "# public key: " + grant.FormatPublicKey(k.Key) + "\n" + keyLine
+			if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := ReadKeyFile(path)
+			if !errors.Is(err, grant.ErrKeySmallOrder) && !errors.Is(err, grant.ErrKeyNotCanonical) {
+				t.Errorf("ReadKeyFile = %v, want a key refusal", err)
+			}
+		})
+	}
 }

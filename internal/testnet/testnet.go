@@ -153,6 +153,30 @@ func (n *NS) Do(f func() error) error {
 	return <-ch
 }
 
+// WaitRoute waits until the kernel's own route lookup in the namespace
+// (ip route get ADDR) resolves addr to a route of type kind ("local",
+// "anycast", "unicast"), or fails the test after 10 s. Routes the kernel
+// derives from an address appear after the command that added the address
+// has returned: IPv6 installs an address's local route and its
+// subnet-router anycast route from the addrconf work queue once duplicate
+// address detection is over (at once with nodad, but still later), and
+// that work waits for the link to be ready and for the RTNL lock.
+func (n *NS) WaitRoute(t testing.TB, addr, kind string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command("ip", "-n", n.Name, "route", "get", addr).CombinedOutput()
+		got, _, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+		if err == nil && got == kind {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("in %s, %s never resolved to a %s route: ip route get: %v: %s", n.Name, addr, kind, err, strings.TrimSpace(string(out)))
+		}
+		time.Sleep(10 * time.Millisecond) // polling the kernel's routing table
+	}
+}
+
 // waitUp waits until the host end of the link can be bound, which it can
 // only once the address is no longer tentative.
 func (n *NS) waitUp(t testing.TB) {

@@ -1,6 +1,7 @@
-// Package testpeer gives tests real second OS users: it creates system users,
-// runs a copy of the test binary as one of them, and gives it a folder it can
-// reach. It is for tests only.
+// Package testpeer gives tests real second OS users: it creates system users
+// whose names no real user has, runs a copy of the test binary as one of
+// them, gives it a folder it can reach, and removes the users when the test
+// binary ends. It is for tests only.
 //
 // Creating users needs root. A test that needs them calls RequirePeers (or
 // RequireRoot), which skips the test when it cannot have them, except when
@@ -21,11 +22,14 @@
 package testpeer
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,28 +74,127 @@ func RequirePeers(t testing.TB) {
 	}
 }
 
+// Test users are named "pkt-PID-ROLE": PID is the test process that
+// creates them, ROLE what the test uses them as ("agent", "human", "keyd").
+// No production user of this project has such a name (the daemon's is
+// parley-keyd, agents' are whatever the admin names), so a test never
+// creates, reuses or changes a real one, and every test process has users
+// of its own: concurrent test binaries (go test ./... runs packages in
+// parallel) never share, and never remove, each other's.
+//
+// The process removes its users and their groups in Cleanup, which every
+// package's TestMain calls after m.Run, whether tests failed or not. A
+// process that dies before (a panic, a test timeout, a kill) leaves its
+// users behind; the next test process to create users removes those whose
+// PID no longer runs.
+const userPrefix = "pkt-"
+
+// Name returns the name of this test process's user for role, a word of
+// lower-case letters: "pkt-PID-ROLE". Pass it to EnsureUser, and use it
+// where the test needs the name (a policy, a configuration).
+func Name(role string) string {
+	return fmt.Sprintf("%s%d-%s", userPrefix, os.Getpid(), role)
+}
+
+var users struct {
+	sync.Mutex
+	swept bool
+	mine  []string // created or adopted by this process, removed by Cleanup
+}
+
 // EnsureUser returns the uid and primary gid of the system user name,
-// creating it (no home, no login shell) when it does not exist. Call
-// RequirePeers first. Users are left in place for later runs.
+// creating it and a group of the same name (no home, no login shell) when it
+// does not exist. name must come from Name: EnsureUser refuses any other, so
+// that no test can create or take over a user a real installation has. Call
+// RequirePeers first. Cleanup removes the user.
 func EnsureUser(t testing.TB, name string) (uid, gid uint32) {
 	t.Helper()
+	role, ok := strings.CutPrefix(name, fmt.Sprintf("%s%d-", userPrefix, os.Getpid()))
+	if !ok || role == "" || len(name) > 32 || strings.Trim(role, "abcdefghijklmnopqrstuvwxyz") != "" {
+		t.Fatalf("test user %q: name test users with testpeer.Name(role), role in lower-case letters", name)
+	}
+	users.Lock()
+	defer users.Unlock()
+	if !users.swept {
+		users.swept = true
+		sweepStale()
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if u, err := user.Lookup(name); err == nil {
+			// Created now, or left by a dead process that had this
+			// process's PID: the PID is this process's now, so the user
+			// is too.
+			if !slices.Contains(users.mine, name) {
+				users.mine = append(users.mine, name)
+			}
 			return parseID(t, u.Uid), parseID(t, u.Gid)
 		}
-		out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group",
-			"--shell", "/usr/sbin/nologin", name).CombinedOutput()
+		out, err := exec.Command("useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--user-group",
+			"--shell", "/usr/sbin/nologin", "--comment", "parley-keyd test user", name).CombinedOutput()
 		if err == nil {
 			continue
 		}
-		// Another test package may be creating the same user, or holding
-		// the lock on /etc/passwd: look again until the deadline.
+		// Another test process may hold the lock on /etc/passwd: try
+		// again until the deadline.
 		if time.Now().After(deadline) {
 			t.Fatalf("useradd %s: %v: %s", name, err, strings.TrimSpace(string(out)))
 		}
 		time.Sleep(50 * time.Millisecond) // waiting on another process's lock; no condition to wait on
 	}
+}
+
+// sweepStale removes the test users of test processes that no longer run.
+func sweepStale() {
+	data, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		name, _, _ := strings.Cut(line, ":")
+		rest, ok := strings.CutPrefix(name, userPrefix)
+		if !ok {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			removeUser(name)
+		}
+	}
+}
+
+// removeUser deletes a test user and its group, retrying while another
+// process holds the lock on /etc/passwd. It reports on stderr what it could
+// not remove.
+func removeUser(name string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command("userdel", name).CombinedOutput()
+		if err == nil || !userExists(name) {
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "testpeer: userdel %s: %v: %s\n", name, err, strings.TrimSpace(string(out)))
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // waiting on another process's lock; no condition to wait on
+	}
+	// userdel removes the user's own group unless the system says not
+	// to; make sure.
+	if _, err := user.LookupGroup(name); err == nil {
+		if out, err := exec.Command("groupdel", name).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "testpeer: groupdel %s: %v: %s\n", name, err, strings.TrimSpace(string(out)))
+		}
+	}
+}
+
+func userExists(name string) bool {
+	_, err := user.Lookup(name)
+	return err == nil
 }
 
 func parseID(t testing.TB, s string) uint32 {
@@ -154,10 +257,18 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
-// Cleanup removes the copy made by Binary. Call it from TestMain after
-// m.Run if the package has one; otherwise the copy stays in the temporary
-// folder.
+// Cleanup removes what this process made for other users: the test users
+// that EnsureUser created, with their groups, and the copy made by Binary.
+// Call it from the package's TestMain after m.Run; a package with tests
+// that use this package must have such a TestMain.
 func Cleanup() {
+	users.Lock()
+	mine := users.mine
+	users.mine = nil
+	users.Unlock()
+	for _, name := range mine {
+		removeUser(name)
+	}
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}

@@ -185,7 +185,7 @@ func TestConsentRequired(t *testing.T) {
 		t.Fatalf("no consent object: %s", e.Raw)
 	}
 	// The consent object passes the check an agent's tooling makes (§6.6).
-	if _, err := grant.CheckConsent(*e.Consent, "shop.example", pr.Proposals[0], time.Now().Unix()); err != nil {
+	if err := grant.CheckConsent(*e.Consent, "shop.example", p, time.Now().Unix()); err != nil {
 		t.Fatalf("consent does not check: %v", err)
 	}
 	if e.Consent.Principal != pub(w.principal) {

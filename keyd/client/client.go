@@ -1,13 +1,18 @@
 package client
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -21,9 +26,19 @@ import (
 // Client speaks the daemon protocol over the Unix socket. Requests are
 // multiplexed; every method is safe for concurrent use. Refusals come back as
 // *protocol.Error carrying the daemon's stable code.
+//
+// No goroutine of its own reads the connection. A request waits either for
+// its reply or for the reader token; whoever holds the token reads frames
+// and hands each to its request until its own reply has come, then passes
+// the token on. So a lone request's reply is read by the goroutine that
+// waits for it, without a hand-off between goroutines (docs/performance.md).
 type Client struct {
-	nc      net.Conn
-	wmu     sync.Mutex
+	nc  net.Conn
+	wmu sync.Mutex
+	// reader holds the token (capacity 1) while nobody reads; fr is used
+	// only by the token's holder.
+	reader  chan struct{}
+	fr      *clientReader
 	mu      sync.Mutex
 	next    uint64
 	calls   map[string]*call
@@ -37,7 +52,16 @@ type Client struct {
 type call struct {
 	events func(*protocol.Frame)
 	reply  chan *protocol.Frame
+	// fast, when set, decodes a frame in one pass on the guess that it is
+	// this call's final reply, and reports whether the guess held. The
+	// reader tries it on the frames it reads for its own call; a frame it
+	// refuses goes through dispatch.
+	fast func(line []byte) (*protocol.Frame, bool)
 }
+
+// readBuffer is the size of the connection's read buffer: most frames fit,
+// longer ones are gathered in pieces.
+const readBuffer = 4 << 10
 
 // Errors a client meets before the daemon says anything.
 var (
@@ -59,57 +83,109 @@ func Dial(path string) (*Client, error) {
 		}
 		return nil, err
 	}
-	c := &Client{nc: nc, calls: map[string]*call{}, done: make(chan struct{})}
-	go c.readLoop()
+	c := &Client{nc: nc, calls: map[string]*call{}, done: make(chan struct{}), reader: make(chan struct{}, 1),
+		fr: &clientReader{r: bufio.NewReaderSize(nc, readBuffer)}}
+	c.reader <- struct{}{}
 	return c, nil
 }
 
 // Close closes the connection, which withdraws any request still waiting.
 func (c *Client) Close() error { return c.nc.Close() }
 
-func (c *Client) readLoop() {
-	fr := protocol.NewFrameReader(c.nc)
-	var err error
+// clientReader reads the daemon's frames. Unlike protocol.FrameReader it keeps a
+// partly read frame across a read error, so that a read cut short by a
+// deadline (a request's context ended) loses nothing for the next reader.
+type clientReader struct {
+	r       *bufio.Reader
+	partial []byte
+}
+
+func (cr *clientReader) next() ([]byte, error) {
 	for {
-		var line []byte
-		line, err = fr.Next()
+		chunk, err := cr.r.ReadSlice('\n')
+		if len(cr.partial)+len(chunk) > protocol.MaxFrame+1 {
+			return nil, protocol.ErrFrameTooLarge
+		}
+		if err == nil && len(cr.partial) == 0 {
+			return bytes.TrimRight(chunk, "\r\n"), nil
+		}
+		cr.partial = append(cr.partial, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
 		if err != nil {
-			break
+			return nil, err
 		}
-		var f protocol.Frame
-		if json.Unmarshal(line, &f) != nil {
-			continue
-		}
-		if f.Re == "" && f.Kind == protocol.KindError {
-			// A refusal of the whole connection (not allowed to connect,
-			// too many connections) or of an unreadable frame.
-			err = f.Err()
-			if f.Code == protocol.CodeBadFrame {
-				continue
-			}
-			break
-		}
-		c.mu.Lock()
-		cl := c.calls[f.Re]
-		if cl != nil && f.Kind != protocol.KindEvent {
-			delete(c.calls, f.Re)
-		}
-		c.mu.Unlock()
-		if cl == nil {
-			continue
-		}
-		if f.Kind == protocol.KindEvent {
-			if cl.events != nil {
-				cl.events(&f)
-			}
-			continue
-		}
-		cl.reply <- &f
+		line := cr.partial
+		cr.partial = cr.partial[:0:0]
+		return bytes.TrimRight(line, "\r\n"), nil
 	}
+}
+
+// dispatch hands one frame to the request it answers. A non-nil error is a
+// refusal of the whole connection, which ends it.
+func (c *Client) dispatch(line []byte) error {
+	var f protocol.Frame
+	if json.Unmarshal(line, &f) != nil {
+		return nil
+	}
+	if f.Re == "" && f.Kind == protocol.KindError {
+		// A refusal of the whole connection (not allowed to connect, too
+		// many connections) or of an unreadable frame.
+		if f.Code == protocol.CodeBadFrame {
+			return nil
+		}
+		return f.Err()
+	}
+	c.mu.Lock()
+	cl := c.calls[f.Re]
+	if cl != nil && f.Kind != protocol.KindEvent {
+		delete(c.calls, f.Re)
+	}
+	c.mu.Unlock()
+	switch {
+	case cl == nil:
+	case f.Kind == protocol.KindEvent:
+		if cl.events != nil {
+			cl.events(&f)
+		}
+	default:
+		cl.reply <- &f // buffered: one final reply per call
+	}
+	return nil
+}
+
+// takeFast hands line to request id when that request's fast decoder takes
+// it as its final reply. Only id's own goroutine, reading, calls it, so the
+// request cannot end meanwhile.
+func (c *Client) takeFast(id string, line []byte) bool {
+	c.mu.Lock()
+	cl := c.calls[id]
+	c.mu.Unlock()
+	if cl == nil || cl.fast == nil {
+		return false
+	}
+	f, ok := cl.fast(line)
+	if !ok {
+		return false
+	}
+	c.mu.Lock()
+	delete(c.calls, id)
+	c.mu.Unlock()
+	cl.reply <- f
+	return true
+}
+
+// shutdown ends the connection for every request with err.
+func (c *Client) shutdown(err error) {
 	if err == nil || errors.Is(err, net.ErrClosed) {
 		err = errors.New("connection to parley-keyd closed")
 	}
 	c.mu.Lock()
+	if c.closed != nil {
+		c.mu.Unlock()
+		return
+	}
 	c.closed = err
 	calls := c.calls
 	c.calls = map[string]*call{}
@@ -120,9 +196,59 @@ func (c *Client) readLoop() {
 	}
 }
 
+// longAgo is a read deadline that has passed: setting it wakes a reader.
+var longAgo = time.Unix(1, 0)
+
+// readFor reads and dispatches frames, holding the reader token, until the
+// request id has its final reply, the connection ends, or ctx ends (then it
+// returns ctx's error). Without a request (id "") it reads until the
+// connection ends or ctx ends.
+func (c *Client) readFor(ctx context.Context, id string) error {
+	if ctx.Done() != nil {
+		// A blocked read ends when the request's context does.
+		stop := context.AfterFunc(ctx, func() { c.nc.SetReadDeadline(longAgo) })
+		defer stop()
+	}
+	for {
+		c.mu.Lock()
+		finished := c.closed != nil || (id != "" && c.calls[id] == nil)
+		c.mu.Unlock()
+		if finished {
+			return nil
+		}
+		line, err := c.fr.next()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			c.nc.SetReadDeadline(time.Time{})
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue // a deadline another request's end left behind
+		}
+		if err == nil && c.takeFast(id, line) {
+			continue
+		}
+		if err == nil {
+			err = c.dispatch(line)
+		}
+		if err != nil {
+			c.shutdown(err)
+			return nil
+		}
+	}
+}
+
 // Do sends a request frame and waits for its final reply, passing EVENT
 // replies to events as they come. An ERROR reply is returned as *protocol.Error.
 func (c *Client) Do(ctx context.Context, f *protocol.Frame, events func(*protocol.Frame)) (*protocol.Frame, error) {
+	return c.do(ctx, func(id string) ([]byte, error) {
+		f.ID = id
+		return protocol.EncodeFrame(f)
+	}, events, nil)
+}
+
+// do is Do for a frame that encode writes, given the request id, with an
+// optional fast decoder for the final reply (see call).
+func (c *Client) do(ctx context.Context, encode func(id string) ([]byte, error), events func(*protocol.Frame), fast func(id string, line []byte) (*protocol.Frame, bool)) (*protocol.Frame, error) {
 	c.mu.Lock()
 	if c.closed != nil {
 		err := c.closed
@@ -130,50 +256,67 @@ func (c *Client) Do(ctx context.Context, f *protocol.Frame, events func(*protoco
 		return nil, err
 	}
 	c.next++
-	f.ID = strconv.FormatUint(c.next, 10)
+	id := strconv.FormatUint(c.next, 10)
 	cl := &call{events: events, reply: make(chan *protocol.Frame, 1)}
-	c.calls[f.ID] = cl
+	if fast != nil {
+		cl.fast = func(line []byte) (*protocol.Frame, bool) { return fast(id, line) }
+	}
+	c.calls[id] = cl
 	c.mu.Unlock()
-	b, err := protocol.EncodeFrame(f)
+	b, err := encode(id)
 	if err != nil {
-		c.forget(f.ID)
+		c.forget(id)
 		return nil, err
 	}
 	c.wmu.Lock()
 	_, err = c.nc.Write(b)
 	c.wmu.Unlock()
 	if err != nil {
-		c.forget(f.ID)
+		c.forget(id)
 		// The daemon may have refused the connection and closed it before
 		// we wrote: its ERROR frame is still waiting to be read.
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
 		select {
+		case <-c.reader:
+			c.readFor(rctx, "")
+			c.reader <- struct{}{}
 		case <-c.done:
-			c.mu.Lock()
-			cerr := c.closed
-			c.mu.Unlock()
-			var e *protocol.Error
-			if errors.As(cerr, &e) {
-				return nil, e
-			}
-		case <-time.After(2 * time.Second):
+		case <-rctx.Done():
+		}
+		c.mu.Lock()
+		cerr := c.closed
+		c.mu.Unlock()
+		var e *protocol.Error
+		if errors.As(cerr, &e) {
+			return nil, e
 		}
 		return nil, fmt.Errorf("send to parley-keyd: %w", err)
 	}
-	select {
-	case r, ok := <-cl.reply:
-		if !ok {
-			c.mu.Lock()
-			err := c.closed
-			c.mu.Unlock()
-			return nil, err
+	for {
+		select {
+		case r, ok := <-cl.reply:
+			if !ok {
+				c.mu.Lock()
+				err := c.closed
+				c.mu.Unlock()
+				return nil, err
+			}
+			if r.Kind == protocol.KindError {
+				return nil, r.Err()
+			}
+			return r, nil
+		case <-c.reader:
+			err := c.readFor(ctx, id)
+			c.reader <- struct{}{}
+			if err != nil {
+				c.forget(id)
+				return nil, err
+			}
+		case <-ctx.Done():
+			c.forget(id)
+			return nil, ctx.Err()
 		}
-		if r.Kind == protocol.KindError {
-			return nil, r.Err()
-		}
-		return r, nil
-	case <-ctx.Done():
-		c.forget(f.ID)
-		return nil, ctx.Err()
 	}
 }
 
@@ -242,26 +385,93 @@ func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []gran
 	if err != nil {
 		return nil, err
 	}
-	if caveats == nil {
-		caveats = []grant.Caveat{}
-	}
-	body, err := json.Marshal(protocol.GrantBody{Holder: key, Caveats: caveats})
+	body, err := canonicalGrantBody(key, caveats)
 	if err != nil {
 		return nil, err
 	}
-	digest, err := protocol.GrantDigest(body)
-	if err != nil {
-		return nil, err
-	}
+	// body is canonical, so its digest is the SHA-256 of these bytes.
+	sum := sha256.Sum256(body)
+	digest := base64.RawURLEncoding.EncodeToString(sum[:])
 	proof, err := grant.MakeProof(holder, principal, protocol.ProofVerbGrant, digest, time.Now().Unix())
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.Do(ctx, &protocol.Frame{Verb: protocol.VerbGrant, Grant: body, Proof: &proof}, eventFunc(events))
+	var res *protocol.GrantResult
+	r, err := c.do(ctx, func(id string) ([]byte, error) { return grantFrame(id, body, &proof) }, eventFunc(events),
+		func(id string, line []byte) (*protocol.Frame, bool) {
+			var ok bool
+			res, ok = decodeGrantReply(id, line)
+			return &protocol.Frame{Re: id, Kind: protocol.KindGrant}, ok
+		})
 	if err != nil {
 		return nil, err
 	}
+	if res != nil {
+		return res, nil
+	}
 	return decodeGrantResult(r)
+}
+
+// decodeGrantReply decodes line in one pass if it is the GRANT reply to
+// request id, instead of a protocol.Frame first and its data after.
+func decodeGrantReply(id string, line []byte) (*protocol.GrantResult, bool) {
+	var f struct {
+		Re   string                `json:"re"`
+		Kind string                `json:"kind"`
+		Data *protocol.GrantResult `json:"data"`
+	}
+	if json.Unmarshal(line, &f) != nil || f.Re != id || f.Kind != protocol.KindGrant || f.Data == nil || f.Data.Token == "" {
+		return nil, false
+	}
+	return f.Data, true
+}
+
+// canonicalGrantBody returns the "grant" object of a GRANT request,
+// {"caveats":[…],"holder":"…"}, in canonical JSON (§10): the keys in order,
+// no spaces, each caveat as Caveat.MarshalJSON writes it (canonical), and
+// holder a key string of FormatPublicKey (only b64url characters after
+// "ed25519:"). Written by hand, it needs neither encoding/json nor a
+// canonicalizing pass to compute its digest.
+func canonicalGrantBody(holder string, caveats []grant.Caveat) ([]byte, error) {
+	b := make([]byte, 0, 128+64*len(caveats))
+	b = append(b, `{"caveats":[`...)
+	for i, c := range caveats {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		cb, err := c.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, cb...)
+	}
+	b = append(b, `],"holder":"`...)
+	b = append(b, holder...)
+	return append(b, `"}`...), nil
+}
+
+// grantFrame writes the GRANT request frame by hand: every part is already
+// JSON without a newline (body is canonical, the id is digits, the proof's
+// key and signature are b64url), so encoding/json would only check it again.
+func grantFrame(id string, body []byte, p *grant.Proof) ([]byte, error) {
+	b := make([]byte, 0, len(body)+256)
+	b = append(b, `{"parley":`...)
+	b = strconv.AppendInt(b, protocol.Version, 10)
+	b = append(b, `,"id":"`...)
+	b = append(b, id...)
+	b = append(b, `","verb":"`+protocol.VerbGrant+`","grant":`...)
+	b = append(b, body...)
+	b = append(b, `,"proof":{"key":"`...)
+	b = append(b, p.Key...)
+	b = append(b, `","ts":`...)
+	b = strconv.AppendInt(b, p.Ts, 10)
+	b = append(b, `,"sig":"`...)
+	b = append(b, p.Sig...)
+	b = append(b, "\"}}\n"...)
+	if len(b)-1 > protocol.MaxFrame {
+		return nil, protocol.ErrFrameTooLarge
+	}
+	return b, nil
 }
 
 func decodeGrantResult(r *protocol.Frame) (*protocol.GrantResult, error) {

@@ -309,6 +309,27 @@ func Load(dir string, passphrase func() ([]byte, error)) (*FileSigner, error) {
 	return s, nil
 }
 
+// WritePublicKey writes pub into dir's principal.pub, replacing it
+// atomically. It is for a principal key kept outside the state folder (a
+// key service), whose public key init writes there.
+func WritePublicKey(dir string, pub ed25519.PublicKey) error {
+	return writePub(dir, pub)
+}
+
+// ImportSeed loads the file key as Load does and returns a copy of its
+// 32-byte seed, which the caller zeroes: for init to import the key into a
+// key service, so that services keep trusting the same principal.
+func ImportSeed(dir string, passphrase func() ([]byte, error)) ([]byte, error) {
+	s, err := Load(dir, passphrase)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append([]byte(nil), s.key.Seed()...), nil
+}
+
 // PublicKey returns the principal public key stored in dir's principal.pub.
 // It needs no passphrase and does not read the private key.
 func PublicKey(dir string) (ed25519.PublicKey, error) {

@@ -18,9 +18,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const (
-	testAgent = "parley-test-agent"
-	testOther = "parley-test-other"
+// The test users of this process (testpeer.Name).
+var (
+	testAgent = testpeer.Name("agent")
+	testOther = testpeer.Name("other")
 )
 
 // TestPeerHelperProcess is not a test: it is the program a peer test runs

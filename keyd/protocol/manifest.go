@@ -17,6 +17,9 @@ type Manifest struct {
 	// is issued at once or needs approval.
 	May   any            `json:"may,omitempty"`
 	Verbs []ManifestVerb `json:"verbs"`
+	// Key is where the principal key lives and whether it answers; only
+	// approvers are told.
+	Key *ManifestKey `json:"key,omitempty"`
 	// Previous lists principal keys rotated out that services should still
 	// trust until their time: grants they signed live until then at most.
 	Previous []PreviousKey `json:"previous,omitempty"`
@@ -31,6 +34,20 @@ type LockView struct {
 	Channel string `json:"channel"`
 	Reason  string `json:"reason,omitempty"`
 	At      int64  `json:"at"` // unix seconds
+}
+
+// ManifestKey describes the signer of the principal key for an approver:
+// its backend, the key in it, the pinned version, and whether a health
+// check just now was answered (docs/key-service.md).
+type ManifestKey struct {
+	Backend string `json:"backend"`
+	Key     string `json:"key"`
+	Version string `json:"version,omitempty"`
+	Answers bool   `json:"answers"`
+	// Problem says what is wrong when the backend does not answer, or
+	// answers with a key that is no longer fit (exportable, a version that
+	// may no longer sign).
+	Problem string `json:"problem,omitempty"`
 }
 
 // ManifestService names the daemon as a Parley BRIEF names a service.

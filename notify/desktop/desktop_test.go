@@ -863,10 +863,11 @@ func TestDesktopAgentHelper(t *testing.T) {
 // the weak line, and approving it through dunst gives a strong grant.
 func TestDesktopStrongApprover(t *testing.T) {
 	testpeer.RequirePeers(t)
-	uid, gid := testpeer.EnsureUser(t, "parley-test-agent")
+	agent := testpeer.Name("agent")
+	uid, gid := testpeer.EnsureUser(t, agent)
 	s := testdesktop.Start(t)
 	dir := testpeer.SharedDir(t)
-	d := startDaemon(t, dir, keyd.DefaultConfig(filepath.Join(dir, "agent.sock"), "parley-test-agent", currentUser(t)))
+	d := startDaemon(t, dir, keyd.DefaultConfig(filepath.Join(dir, "agent.sock"), agent, currentUser(t)))
 	if weak := runApprover(t, d, s); weak {
 		t.Fatal("HELLO says the approver is weak, but no agent runs as its user")
 	}

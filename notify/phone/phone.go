@@ -470,6 +470,10 @@ func (p *Page) pair(w http.ResponseWriter, r *http.Request) {
 		p.message(w, http.StatusForbidden, "bad", "Refused", "pairing from this machine is not accepted; open the link on your phone")
 		return
 	}
+	if msg := twiceInForm(r); msg != "" {
+		p.message(w, http.StatusBadRequest, "bad", "Not paired", msg)
+		return
+	}
 	host, _, _ := net.SplitHostPort(r.RemoteAddr)
 	dev, cred, err := p.devices.Pair(r.PostFormValue("t"), host, p.now())
 	if errors.Is(err, ErrPairingInvalid) {
@@ -548,6 +552,10 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 		refuse(msg)
 		return
 	}
+	if msg := twiceInForm(r); msg != "" {
+		p.message(w, http.StatusBadRequest, "bad", "Nothing decided", msg)
+		return
+	}
 	dev, ok := p.device(nil, r)
 	if !ok {
 		refuse("this phone is not paired; pair it first")
@@ -598,6 +606,22 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 		p.logf("phone page: deciding %q: %v", id, err)
 		p.message(w, http.StatusInternalServerError, "bad", "Nothing decided", "the daemon failed to decide the request")
 	}
+}
+
+// twiceInForm returns why r's form has more than one reading, or "": a
+// field sent twice, of which PostFormValue would take the first and another
+// reader the last (DESIGN.md property 9). The page's own forms never send
+// one.
+func twiceInForm(r *http.Request) string {
+	if r.ParseForm() != nil {
+		return "" // an unreadable form has no values: the checks that follow refuse it
+	}
+	for k, vs := range r.PostForm {
+		if len(vs) > 1 {
+			return fmt.Sprintf("the form carries the field %q twice; open the page again", truncate(k, 40))
+		}
+	}
+	return ""
 }
 
 // refuseForged returns why r is not a same-origin form post, or "".

@@ -27,6 +27,15 @@ func TestKernelLocal(t *testing.T) {
 			testpeer.Unavailable(t, "setting up the namespace: "+err.Error()+": "+string(out))
 		}
 	}
+	// The kernel installs the IPv6 address's local route and its
+	// subnet-router anycast route asynchronously, after ip addr add has
+	// returned (testnet.NS.WaitRoute says why): checking at once raced it
+	// and failed now and then under load. Wait until the kernel's own route
+	// lookup resolves each address as the case expects; localAddress must
+	// then find it in the table by itself.
+	ns.WaitRoute(t, "2001:db8:7::", "anycast")
+	ns.WaitRoute(t, "2001:db8:7::5", "local")
+	ns.WaitRoute(t, "10.99.3.4", "local")
 	cases := []struct {
 		name  string
 		ip    string

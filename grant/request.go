@@ -1,0 +1,196 @@
+package grant
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The verbs of §4, in the spec's order.
+const (
+	VerbHello  = "HELLO"
+	VerbAsk    = "ASK"
+	VerbIntent = "INTENT"
+	VerbCommit = "COMMIT"
+	VerbUndo   = "UNDO"
+	VerbExpand = "EXPAND"
+)
+
+// parleyVerbs is the one list of the verbs of §4; everything else derives
+// from it.
+var parleyVerbs = [...]string{VerbHello, VerbAsk, VerbIntent, VerbCommit, VerbUndo, VerbExpand}
+
+// ParleyVerbs returns the six verbs of §4 in the spec's order: the names a
+// verbs caveat may list.
+func ParleyVerbs() []string { return slices.Clone(parleyVerbs[:]) }
+
+// GrantVerbs returns the verbs whose requests carry grants and proofs (§3,
+// §6.5): every Parley verb but HELLO, in the spec's order. A verbs caveat
+// that lists only HELLO authorizes nothing.
+func GrantVerbs() []string { return slices.Clone(parleyVerbs[1:]) }
+
+// IsParleyVerb reports whether v is a verb of §4, exactly as the spec
+// writes it: verbs are upper case.
+func IsParleyVerb(v string) bool { return slices.Contains(parleyVerbs[:], v) }
+
+// MaxRequestCaveats bounds the caveats of one request for a new grant. A
+// longer list is an attempt to make checking and policy matching
+// expensive; every caveat kind may appear once, so 16 is ample.
+const MaxRequestCaveats = 16
+
+// Request is what the caveats of a request for a new root grant ask for
+// (for example a GRANT to parley-keyd): the restriction of each kind, or
+// its zero value when the request leaves that kind open.
+type Request struct {
+	Svc, Verbs, Can []string // nil when not asked
+	Exp, Nbf        int64    // unix seconds; 0 when not asked
+	Per, Spend      *Money   // nil when not asked
+	Risk            string   // "" when not asked
+}
+
+// RequestReason says why ParseRequest refuses a caveat list. The values are
+// stable; the daemon answers each with invalid_params.
+type RequestReason int
+
+const (
+	// TooManyCaveats: more than MaxRequestCaveats caveats.
+	TooManyCaveats RequestReason = iota + 1
+	// UnknownCaveat: a caveat of a kind §6.3 does not define, which could
+	// mean anything to a service (fail closed).
+	UnknownCaveat
+	// MalformedCaveat: a value Caveat.Check refuses.
+	MalformedCaveat
+	// RepeatedCaveat: a kind asked for twice.
+	RepeatedCaveat
+	// EmptyList: a svc, verbs or can caveat with no entry, which would
+	// allow nothing.
+	EmptyList
+	// NotAVerb: a verbs entry that is not a verb of §4.
+	NotAVerb
+	// BadPattern: a can entry that is not a name, a prefix ending in *, or *.
+	BadPattern
+	// ExpiryPassed: an exp that is not after now.
+	ExpiryPassed
+	// NbfNotBeforeExp: an nbf at or after the exp.
+	NbfNotBeforeExp
+	// NegativeAmount: a per or spend below zero.
+	NegativeAmount
+	// OnlyNotAsked: an only caveat, which belongs in a consent grant
+	// (§6.6), never in a request.
+	OnlyNotAsked
+)
+
+// RequestError is a refusal of ParseRequest: why, which caveat, and one
+// sentence for the requester.
+type RequestError struct {
+	Reason  RequestReason
+	Caveat  string // the caveat kind at fault, as sent; "" for the list
+	Message string
+}
+
+func (e *RequestError) Error() string { return e.Message }
+
+// ParseRequest checks the caveats of a request for a new root grant and
+// returns what they ask for. It refuses, with a *RequestError: more than
+// MaxRequestCaveats caveats; a kind §6.3 does not define (naming the kind
+// it resembles when only the case differs, "Can" for "can"); a malformed
+// value; a kind asked twice; an empty svc, verbs or can list; a verb that
+// §4 does not define; a can pattern that is not a name, a prefix ending in
+// * or *; an exp not after now; an nbf not before the exp; a negative per
+// or spend; and any only caveat.
+func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
+	bad := func(reason RequestReason, caveat, format string, args ...any) (*Request, error) {
+		return nil, &RequestError{Reason: reason, Caveat: caveat, Message: fmt.Sprintf(format, args...)}
+	}
+	if len(caveats) > MaxRequestCaveats {
+		return bad(TooManyCaveats, "", "a request may carry at most %d caveats", MaxRequestCaveats)
+	}
+	r := &Request{}
+	seen := map[string]bool{}
+	for _, c := range caveats {
+		if !c.Known() {
+			if known, ok := knownCaveatLike(c.Name); ok {
+				return bad(UnknownCaveat, c.Name, "unknown caveat %s: caveat names are matched exactly; did you mean %q?", quoteName(c.Name), known)
+			}
+			return bad(UnknownCaveat, c.Name, "unknown caveat %s", quoteName(c.Name))
+		}
+		if err := c.Check(); err != nil {
+			return bad(MalformedCaveat, c.Name, "caveat %q is malformed: %v", c.Name, err)
+		}
+		if seen[c.Name] {
+			return bad(RepeatedCaveat, c.Name, "caveat %q appears twice; ask for it once", c.Name)
+		}
+		seen[c.Name] = true
+		switch c.Name {
+		case CaveatSvc, CaveatVerbs, CaveatCan:
+			list, _ := c.Strings()
+			if len(list) == 0 {
+				return bad(EmptyList, c.Name, "caveat %q has an empty list, which would allow nothing", c.Name)
+			}
+			switch c.Name {
+			case CaveatSvc:
+				r.Svc = list
+			case CaveatVerbs:
+				for _, v := range list {
+					if !IsParleyVerb(v) {
+						return bad(NotAVerb, c.Name, "verb %s is not a Parley verb (%s)", quoteName(v), strings.Join(parleyVerbs[:], ", "))
+					}
+				}
+				r.Verbs = list
+			case CaveatCan:
+				for _, p := range list {
+					if !ValidPattern(p) {
+						return bad(BadPattern, c.Name, "capability pattern %s must be a name, a prefix ending in *, or *", quoteName(p))
+					}
+				}
+				r.Can = list
+			}
+		case CaveatExp:
+			r.Exp, _ = c.Int()
+			if r.Exp <= now {
+				return bad(ExpiryPassed, c.Name, "the expiry %d is not in the future", r.Exp)
+			}
+		case CaveatNbf:
+			r.Nbf, _ = c.Int()
+		case CaveatPer, CaveatSpend:
+			m, _ := c.Money()
+			if m.Amount < 0 {
+				return bad(NegativeAmount, c.Name, "caveat %q has a negative amount", c.Name)
+			}
+			if c.Name == CaveatPer {
+				r.Per = &m
+			} else {
+				r.Spend = &m
+			}
+		case CaveatRisk:
+			r.Risk, _ = c.Text()
+		case CaveatOnly:
+			return bad(OnlyNotAsked, c.Name, "an \"only\" caveat belongs in a consent grant")
+		}
+	}
+	if r.Nbf != 0 && r.Exp != 0 && r.Nbf >= r.Exp {
+		return bad(NbfNotBeforeExp, CaveatNbf, "nbf must be before exp")
+	}
+	return r, nil
+}
+
+// ValidPattern reports whether p is a can pattern of §6.3 (errata 1): an
+// exact name, a prefix followed by one final *, or * alone.
+func ValidPattern(p string) bool {
+	if p == "" {
+		return false
+	}
+	i := strings.IndexByte(p, '*')
+	return i < 0 || i == len(p)-1
+}
+
+// knownCaveatLike returns the caveat kind that name differs from only in
+// case, if any.
+func knownCaveatLike(name string) (string, bool) {
+	for _, k := range []string{CaveatSvc, CaveatVerbs, CaveatCan, CaveatExp, CaveatNbf, CaveatPer, CaveatSpend, CaveatRisk, CaveatOnly} {
+		if foldName(k) == foldName(name) || strings.EqualFold(k, name) {
+			return k, true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,41 @@
+package grant
+
+import (
+	"crypto"
+	"crypto/ed25519"
+)
+
+// How this package checks the signatures it makes (docs/performance.md,
+// "Checking our own signatures"). Ed25519 is deterministic, which opens it
+// to fault attacks: a signature computed with a fault (a glitch, a flipped
+// bit in the cached expanded key) can give the private key away, one
+// signature or a few at a time. The defence is to never release a signature
+// that does not verify.
+//
+//   - The principal's signatures (Issue, IssueConsent) are always verified
+//     against the principal key before a grant leaves, whatever the signer:
+//     that key is the one worth attacking.
+//   - A signer other than an in-process ed25519.PrivateKey (an HSM, a key
+//     service) is not trusted to return a valid signature: each one is
+//     verified against the key its Public method reports, for every use.
+//   - A holder's own in-process ed25519.PrivateKey (an agent's proof of
+//     possession, §6.5, or its delegation block) is not checked: a faulty
+//     signature fails where it is verified, and the agent's key sits in its
+//     own process and key file, where an attacker able to cause faults has
+//     easier ways to it. Skipping the check saves one verification (about
+//     twice a signature's cost) on every request an agent makes.
+//
+// Signing twice and comparing costs one signature instead of a
+// verification, but it misses a persistent fault: crypto/ed25519 keeps each
+// key's expanded scalar in a long-lived cache, and a flipped bit there
+// makes both signatures equally wrong.
+
+// signHolder signs msg with a holder key: a proof of possession or a
+// delegation block. An in-process ed25519.PrivateKey signs unchecked (see
+// above); any other signer goes through sign, which verifies.
+func signHolder(s crypto.Signer, msg []byte) ([]byte, error) {
+	if k, ok := s.(ed25519.PrivateKey); ok && len(k) == ed25519.PrivateKeySize {
+		return ed25519.Sign(k, msg), nil
+	}
+	return sign(s, msg)
+}

@@ -1,0 +1,140 @@
+package audit
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+)
+
+// maxFoldRuns bounds the table of records being folded. Past it, a record
+// that would start a new run is appended on its own: folding saves space, it
+// must not cost memory without bound either.
+const maxFoldRuns = 4096
+
+type folds struct {
+	mu        sync.Mutex
+	runs      map[string]*foldRun
+	unwritten []*foldRun // runs whose record could not be written yet
+}
+
+type foldRun struct {
+	rec   Record // as first written, bounded
+	until time.Time
+	count int
+	first time.Time
+	last  time.Time
+	ids   []string
+}
+
+func (f *folds) init() { f.runs = map[string]*foldRun{} }
+
+// AppendFolded is Append for refusals that a caller may repeat in a flood:
+// records of kind deny, timeout, withdrawn or error. The first of a run is
+// appended at once (seq > 0, folded false). A record alike in everything but
+// its request id, time and process id that comes within Options.FoldWindow
+// of it is counted instead (seq 0, folded true): when the window ends, one
+// record of the same kind with "folded" says how many there were, when the
+// first and last came, and up to 8 of their request ids. So a flood of
+// identical refusals costs a record per window, and none goes unrecorded.
+//
+// A counted record is durable only once its window ends (the refusal it
+// stands for is answered before): if the daemon dies meanwhile, the counts
+// of the last window are lost, and the next start's "recovered" record says
+// the run ended without its stop checkpoint. Grants are never folded:
+// records of other kinds go to Append.
+func (l *Log) AppendFolded(rec Record) (seq uint64, folded bool, err error) {
+	switch rec.Kind {
+	case KindDeny, KindTimeout, KindWithdrawn, KindError:
+	default:
+		seq, err = l.Append(rec)
+		return seq, false, err
+	}
+	// The run keeps the record as Append will write it; Append gets the
+	// caller's, so that what it cuts is named in the record.
+	b := rec
+	b.Seq, b.Prev, b.Time = 0, "", ""
+	b.Cut, b.Folded, b.Checkpoint = nil, nil, nil
+	bound(&b)
+	key := foldKey(b)
+	now := l.now()
+	l.folds.mu.Lock()
+	if run := l.folds.runs[key]; run != nil && now.Before(run.until) {
+		if run.count == 0 {
+			run.first = now
+		}
+		run.count++
+		run.last = now
+		if len(run.ids) < maxFoldIDs && b.RequestID != "" {
+			run.ids = append(run.ids, cutString(b.RequestID, maxFoldIDSize))
+		}
+		l.folds.mu.Unlock()
+		return 0, true, nil
+	}
+	l.folds.mu.Unlock()
+	seq, err = l.Append(rec)
+	if err != nil {
+		return 0, false, err
+	}
+	l.folds.mu.Lock()
+	if _, ok := l.folds.runs[key]; ok || len(l.folds.runs) < maxFoldRuns {
+		if old := l.folds.runs[key]; old == nil || old.count == 0 {
+			l.folds.runs[key] = &foldRun{rec: b, until: now.Add(l.o.FoldWindow)}
+		}
+	}
+	l.folds.mu.Unlock()
+	return seq, false, nil
+}
+
+// foldKey identifies records alike but for request id, time and pid.
+func foldKey(rec Record) string {
+	rec.RequestID = ""
+	if rec.Caller != nil {
+		c := *rec.Caller
+		c.PID = 0
+		rec.Caller = &c
+	}
+	b, _ := json.Marshal(rec)
+	return chainHash(b)
+}
+
+// flushFolds writes a record for every run whose window ended (every run,
+// with all), on the writer goroutine. Runs whose record cannot be written
+// are kept, counts and all, for the next attempt.
+func (l *Log) flushFolds(all bool) error {
+	now := l.now()
+	l.folds.mu.Lock()
+	runs := l.folds.unwritten
+	l.folds.unwritten = nil
+	for k, run := range l.folds.runs {
+		if !all && now.Before(run.until) {
+			continue
+		}
+		delete(l.folds.runs, k)
+		if run.count > 0 {
+			runs = append(runs, run)
+		}
+	}
+	l.folds.mu.Unlock()
+	if len(runs) == 0 {
+		return nil
+	}
+	recs := make([]Record, len(runs))
+	for i, run := range runs {
+		rec := run.rec
+		rec.RequestID = ""
+		rec.Folded = &Folded{
+			Count:      run.count,
+			First:      run.first.UTC().Format(time.RFC3339Nano),
+			Last:       run.last.UTC().Format(time.RFC3339Nano),
+			RequestIDs: run.ids,
+		}
+		recs[i] = rec
+	}
+	if err := l.commitInternal(recs...); err != nil {
+		l.folds.mu.Lock()
+		l.folds.unwritten = append(l.folds.unwritten, runs...)
+		l.folds.mu.Unlock()
+		return err
+	}
+	return nil
+}

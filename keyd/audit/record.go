@@ -1,0 +1,208 @@
+package audit
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
+
+// The kinds of audit record. Log.Append refuses any other kind, so that a
+// typo cannot produce a record that tools reading the log do not recognise.
+const (
+	KindIssue        = "issue"         // a grant was issued
+	KindConsent      = "consent"       // a consent grant (§6.6) was issued
+	KindDeny         = "deny"          // a request was refused by policy or by the human
+	KindTimeout      = "timeout"       // an approval timed out (fail closed: no grant)
+	KindWithdrawn    = "withdrawn"     // the requester went away before a decision
+	KindError        = "error"         // a request failed inside the daemon
+	KindPolicyReload = "policy-reload" // the policy was reloaded (or a reload was refused)
+	KindStart        = "start"         // the daemon started
+	KindStop         = "stop"          // the daemon stopped cleanly
+	// KindRecovered says what the log found and repaired when it was opened
+	// or reopened: a torn or NUL-filled tail it cut, a previous run that ended
+	// without its stop checkpoint, a file moved, deleted or truncated under
+	// the daemon. Only the log writes it.
+	KindRecovered = "recovered"
+	// KindCheckpoint holds a signed checkpoint (see Checkpoint). Only the
+	// log writes it.
+	KindCheckpoint = "checkpoint"
+	KindLock       = "lock"   // an approver locked the daemon: every request is refused
+	KindUnlock     = "unlock" // an approver lifted the lock
+)
+
+// kinds are the kinds a caller may append.
+var kinds = map[string]bool{
+	KindIssue: true, KindConsent: true, KindDeny: true, KindTimeout: true,
+	KindWithdrawn: true, KindError: true, KindPolicyReload: true,
+	KindStart: true, KindStop: true, KindLock: true, KindUnlock: true,
+}
+
+// Record is one line of the audit log. Seq, Prev and Time are filled in
+// by Log.Append; whatever the caller puts there is overwritten, and so are
+// Cut, Folded and Checkpoint, which only the log sets.
+//
+// A record never holds a signature, a token or any key material: Holder is
+// the holder's public key, Requested and Issued are caveat lists, GrantID is
+// an identifier, not the grant. (A checkpoint's signature is over the log's
+// head, not a grant, and cannot be used as one: see Checkpoint.)
+type Record struct {
+	Seq  uint64 `json:"seq"`
+	Prev string `json:"prev"`
+	Time string `json:"time"` // RFC 3339 with nanoseconds, UTC
+	Kind string `json:"kind"`
+	// RequestID is the id the daemon gave the request (never one a caller
+	// chose).
+	RequestID string          `json:"request_id,omitempty"`
+	Caller    *Caller         `json:"caller,omitempty"`
+	Holder    string          `json:"holder,omitempty"`
+	Requested json.RawMessage `json:"requested,omitempty"`
+	Issued    json.RawMessage `json:"issued,omitempty"`
+	Decision  string          `json:"decision,omitempty"`
+	DecidedBy *Decider        `json:"decided_by,omitempty"`
+	GrantID   string          `json:"grant_id,omitempty"`
+	Expiry    int64           `json:"expiry,omitempty"` // unix seconds
+	Message   string          `json:"message,omitempty"`
+	// Cut names the fields Append cut to their bound, with the size and
+	// hash of what was there (see Bounds).
+	Cut map[string]Cut `json:"cut,omitempty"`
+	// Folded is set on a record that stands for repeats (AppendFolded).
+	Folded *Folded `json:"folded,omitempty"`
+	// Checkpoint is set on records of kind "checkpoint".
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+}
+
+// Caller is the requester as the kernel identified it (see peercred.Get).
+type Caller struct {
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	PID  int32  `json:"pid"`
+	User string `json:"user,omitempty"`
+	Exe  string `json:"exe,omitempty"`
+	Unit string `json:"unit,omitempty"`
+}
+
+// Decider says who or what decided a request: a policy rule, or a human
+// approver on a channel of some strength.
+type Decider struct {
+	Rule     string `json:"rule,omitempty"`
+	Approver string `json:"approver,omitempty"` // user name, or uid when it has no name
+	Channel  string `json:"channel,omitempty"`
+	Strength string `json:"strength,omitempty"`
+}
+
+// Cut describes a field value that Append shortened: its size in bytes and
+// the chain-hash encoding (unpadded base64url SHA-256) of its bytes, so that
+// someone who holds the original can show it is the one that was cut.
+type Cut struct {
+	Size   int    `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Folded says that a record stands for Count requests alike in everything
+// but their request ids and times (AppendFolded): the first at First, the
+// last at Last, with up to maxFoldIDs of their request ids.
+type Folded struct {
+	Count      int      `json:"count"`
+	First      string   `json:"first"`
+	Last       string   `json:"last"`
+	RequestIDs []string `json:"request_ids,omitempty"`
+}
+
+// CutMarker ends a value that was cut to its bound.
+const CutMarker = "…[cut]"
+
+// The bounds of a record, in bytes of each field's value. Append cuts a
+// longer value to its bound, ending it with CutMarker, and names the field
+// in the record's "cut" with the original's size and hash. Together they
+// keep an encoded record under MaxRecord even when every string is made of
+// characters that JSON escapes six bytes long, so that no caller can make
+// the daemon write a record without bound (issue 10: a refusal's reason of
+// 17 KB went into one record whole).
+const (
+	MaxRecord     = 64 << 10 // an encoded record line, without its newline
+	maxShort      = 128      // request_id, holder, decision, grant_id, user, decided_by.*
+	maxUnit       = 256
+	maxExe        = 1024
+	maxMessage    = 2048
+	maxCaveats    = 12 << 10 // requested, issued (raw JSON, which is not escaped again)
+	maxFoldIDs    = 8
+	maxFoldIDSize = 64
+)
+
+// chainHash is the encoding of every hash in the log: unpadded base64url
+// (RFC 4648 §5) of a SHA-256.
+func chainHash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// bound cuts the fields of r to their bounds and records what it cut.
+func bound(r *Record) {
+	cut := func(name string, v *string, max int) {
+		if len(*v) <= max {
+			return
+		}
+		if r.Cut == nil {
+			r.Cut = map[string]Cut{}
+		}
+		r.Cut[name] = Cut{Size: len(*v), SHA256: chainHash([]byte(*v))}
+		*v = cutString(*v, max)
+	}
+	cut("request_id", &r.RequestID, maxShort)
+	cut("holder", &r.Holder, maxShort)
+	cut("decision", &r.Decision, maxShort)
+	cut("grant_id", &r.GrantID, maxShort)
+	cut("message", &r.Message, maxMessage)
+	if c := r.Caller; c != nil {
+		cc := *c
+		cut("caller.user", &cc.User, maxShort)
+		cut("caller.exe", &cc.Exe, maxExe)
+		cut("caller.unit", &cc.Unit, maxUnit)
+		r.Caller = &cc
+	}
+	if d := r.DecidedBy; d != nil {
+		dd := *d
+		cut("decided_by.rule", &dd.Rule, maxShort)
+		cut("decided_by.approver", &dd.Approver, maxShort)
+		cut("decided_by.channel", &dd.Channel, maxShort)
+		cut("decided_by.strength", &dd.Strength, maxShort)
+		r.DecidedBy = &dd
+	}
+	raw := func(name string, v *json.RawMessage) {
+		if len(*v) <= maxCaveats {
+			return
+		}
+		if r.Cut == nil {
+			r.Cut = map[string]Cut{}
+		}
+		r.Cut[name] = Cut{Size: len(*v), SHA256: chainHash(*v)}
+		// A cut list of caveats is no longer JSON of its kind: it becomes
+		// a string holding its beginning, so that it cannot be read as
+		// the whole list. Its size stays within the bound once escaped.
+		s, _ := json.Marshal(cutString(string(*v), maxCaveats/6-len(CutMarker)))
+		*v = s
+	}
+	raw("requested", &r.Requested)
+	raw("issued", &r.Issued)
+}
+
+// cutString returns s when it has at most max bytes, else s cut to at most
+// max bytes, ending with CutMarker, at a UTF-8 boundary.
+func cutString(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	n := max - len(CutMarker)
+	if n < 0 {
+		n = 0
+	}
+	for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + CutMarker
+}
+
+// cutSize reports the original size of a cut field, for messages.
+func (c Cut) String() string { return fmt.Sprintf("%d bytes, sha256 %s", c.Size, c.SHA256) }

@@ -1,0 +1,428 @@
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// verifier checks records one line at a time, across the segments of a log.
+type verifier struct {
+	file      string
+	line      int  // lines accepted in the current file
+	lineKnown bool // the current file is read from its first line
+	started   bool // a first record (or a start point) was accepted
+	anyStart  bool // the first record may be a checkpoint with seq > 1 (a segment read on its own)
+	n         uint64
+	prev      string
+
+	// Checkpoints: checked when checkpoints is true.
+	checkpoints bool
+	key         ed25519.PublicKey // nil: the key the first checkpoint names
+	keyPinned   bool
+	previous    []ed25519.PublicKey // keys rotated out, oldest first (rotation.go)
+	keyAt       int                 // index in previous of the last key used; len(previous): key
+	logID       string
+	lastCP      *Checkpoint
+	cpCount     int
+	sinceCP     uint64 // records accepted after the last checkpoint record
+	afterStop   uint64 // seq of the stop checkpoint the last record is, or 0
+	startReason string // reason of the checkpoint the first record is, when it is not seq 1
+	// seen is called for every accepted record.
+	seen func(seq uint64, hash string, line []byte)
+}
+
+func (v *verifier) head() Head { return Head{Seq: v.n, Hash: v.prev} }
+
+func (v *verifier) errorf(format string, args ...any) error {
+	e := &Error{File: v.file, Seq: v.n + 1, Reason: fmt.Sprintf(format, args...)}
+	if v.lineKnown {
+		e.Line = v.line + 1
+	}
+	return e
+}
+
+// newFile starts a file: line numbers count from its first line.
+func (v *verifier) newFile(name string, fromStart bool) {
+	v.file, v.line, v.lineKnown = name, 0, fromStart
+}
+
+// chained accepts a line that another line follows, reading only its seq
+// and prev; the next line's prev then covers the rest of it. Anything
+// unusual (a checkpoint, a first record, a record after a stop checkpoint)
+// takes the full check of line, which then names the problem.
+func (v *verifier) chained(line []byte) error {
+	if !v.started || v.afterStop != 0 || (v.checkpoints && isCheckpointLine(line)) {
+		return v.full(line)
+	}
+	seq, prev, ok := peek(line)
+	if !ok || seq != v.n+1 || prev != v.prev {
+		return v.full(line)
+	}
+	v.accept(line)
+	return nil
+}
+
+func (v *verifier) accept(line []byte) {
+	v.n++
+	v.prev = lineHash(line)
+	v.line++
+	v.sinceCP++
+	v.started = true
+	if v.seen != nil {
+		v.seen(v.n, v.prev, line)
+	}
+}
+
+// full decodes line and checks everything about it.
+func (v *verifier) full(line []byte) error {
+	if bytes.IndexByte(line, 0) >= 0 {
+		return v.errorf("the line holds NUL bytes (a crash before the data reached the disk, or damage)")
+	}
+	var rec Record
+	if err := json.Unmarshal(line, &rec); err != nil {
+		return v.errorf("not a valid record: %v", err)
+	}
+	if rec.Kind == "" {
+		return v.errorf("record has no kind")
+	}
+	if _, err := time.Parse(time.RFC3339Nano, rec.Time); err != nil {
+		return v.errorf("bad time %q", clean(rec.Time, 40))
+	}
+	isCP := rec.Kind == KindCheckpoint && v.checkpoints
+	if !v.started {
+		switch {
+		case rec.Seq == 1 && rec.Prev == "":
+		case v.anyStart && rec.Kind == KindCheckpoint && rec.Seq > 1:
+			// A segment whose predecessors are elsewhere or removed: its
+			// first record is the checkpoint that covers them, trusted
+			// once its signature is checked below.
+			v.n, v.prev = rec.Seq-1, rec.Prev
+			if rec.Checkpoint != nil {
+				v.startReason = rec.Checkpoint.Reason
+			}
+		case rec.Seq != 1:
+			return v.errorf("seq is %d, want 1 (records before it were removed)", rec.Seq)
+		default:
+			return v.errorf("the first record has a non-empty prev (records before it were removed)")
+		}
+	}
+	if rec.Seq != v.n+1 {
+		return v.errorf("seq is %d, want %d (a record was removed, inserted, duplicated or reordered)", rec.Seq, v.n+1)
+	}
+	if rec.Prev != v.prev {
+		if v.n == 0 {
+			return v.errorf("the first record has a non-empty prev (records before it were removed)")
+		}
+		what := "line"
+		if !v.lineKnown || v.line == 0 {
+			what = "record"
+		}
+		ref := v.line
+		if what == "record" {
+			ref = int(v.n)
+		}
+		return v.errorf("prev does not match the hash of %s %d (that record was edited, or records were removed or inserted here)", what, ref)
+	}
+	if v.checkpoints && v.afterStop != 0 && !(isCP && rec.Checkpoint != nil && rec.Checkpoint.Reason == ReasonOpen) {
+		return v.errorf("a record of kind %q follows the stop checkpoint at seq %d; the daemon writes nothing there but the checkpoint of its next start, so it was added by someone else", clean(rec.Kind, 20), v.afterStop)
+	}
+	if isCP {
+		if err := v.checkpoint(line, &rec); err != nil {
+			return err
+		}
+	} else if rec.Checkpoint != nil && v.checkpoints {
+		return v.errorf("a record of kind %q carries a checkpoint", clean(rec.Kind, 20))
+	}
+	v.accept(line)
+	if isCP {
+		v.sinceCP = 0
+		if rec.Checkpoint.Reason == ReasonStop {
+			v.afterStop = rec.Seq
+		} else {
+			v.afterStop = 0
+		}
+	} else {
+		v.afterStop = 0
+	}
+	return nil
+}
+
+// checkpoint checks a checkpoint record: its signature, that it covers the
+// record just before it, that it belongs to the same log as the others, and
+// that its line is exactly as the log writes it (a checkpoint record is the
+// last line of a closed log, which no later prev covers, so its bytes must
+// be fixed by what is signed).
+func (v *verifier) checkpoint(line []byte, rec *Record) error {
+	cp := rec.Checkpoint
+	if cp == nil {
+		return v.errorf("checkpoint record without a checkpoint")
+	}
+	if err := v.verifyCheckpoint(cp); err != nil {
+		return v.errorf("%v", err)
+	}
+	if v.key == nil {
+		v.key, _ = ParseKey(cp.Key)
+	}
+	if cp.Seq+1 != rec.Seq || cp.Hash != rec.Prev {
+		return v.errorf("the checkpoint covers seq %d, not the record before it", cp.Seq)
+	}
+	if cp.Time != rec.Time {
+		return v.errorf("the checkpoint record's time differs from the checkpoint's")
+	}
+	if v.logID == "" {
+		v.logID = cp.Log
+	} else if cp.Log != v.logID {
+		return v.errorf("checkpoint of log %s in log %s (records of another log were spliced in)", cp.Log, v.logID)
+	}
+	if cp.Seq == 0 && cp.Reason != ReasonCreate || cp.Seq > 0 && cp.Reason == ReasonCreate {
+		return v.errorf("a checkpoint of reason %q at seq %d", cp.Reason, cp.Seq)
+	}
+	want := checkpointLine(rec.Seq, cp)
+	if !bytes.Equal(want, line) {
+		return v.errorf("the checkpoint record is not written as the log writes it (it was edited)")
+	}
+	v.lastCP = cp
+	v.cpCount++
+	return nil
+}
+
+// checkpointLine is the line of the checkpoint record with seq seq that
+// holds cp.
+func checkpointLine(seq uint64, cp *Checkpoint) []byte {
+	rec := Record{Seq: seq, Prev: cp.Hash, Time: cp.Time, Kind: KindCheckpoint, Checkpoint: cp}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(&rec)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// VerifyChain reads one audit log file and checks its chain: seq must run
+// 1, 2, 3, … and every prev must be the hash of the line before (see Log).
+// It returns the head of a valid log, or an *Error naming the first line
+// that fails. An incomplete last line is reported as an error (Open repairs
+// it); a last stretch of NUL bytes is not (the space a writer preallocated).
+// It does not check checkpoints: Verify does, and also finds what the chain
+// alone cannot (a cut tail, a rollback, a rewrite).
+func VerifyChain(r io.Reader) (Head, error) {
+	v := verifier{lineKnown: true}
+	_, err := verifyStream(&v, r)
+	if err != nil {
+		return Head{}, err
+	}
+	return v.head(), nil
+}
+
+// verifyStream runs v over every line of r. It returns the number of NUL
+// bytes that end r, which it ignores.
+func verifyStream(v *verifier, r io.Reader) (nulTail int64, err error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, complete, err := readLine(br)
+		if err == io.EOF {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, v.errorf("%v", err)
+		}
+		if !complete {
+			if allZero(line) {
+				return int64(len(line)), nil
+			}
+			return 0, v.errorf("incomplete last line (a crash during a write; opening the log cuts it)")
+		}
+		if err := v.full(line); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// VerifyOptions say what Verify checks a log against.
+type VerifyOptions struct {
+	// Key is the key every checkpoint must be signed with: the daemon's
+	// principal key (principal.pub). Without it, Verify checks signatures
+	// under the key the first checkpoint names and says so in the report:
+	// that proves the checkpoints consistent, not who made them.
+	Key ed25519.PublicKey
+	// Previous are principal keys rotated out, oldest first, which may have
+	// signed the checkpoints before Key's first (rotation.go). Only with Key.
+	Previous []ed25519.PublicKey
+	// Checkpoints were kept elsewhere (a witness, the journal, an
+	// approver). Each must be of this log and match it: a record at its
+	// seq with its hash. One with a seq beyond the log's last record means
+	// the log was cut or rolled back.
+	Checkpoints []*Checkpoint
+	// Segment verifies the file at path alone, not the segments around
+	// it. Its first record must be the log's first (seq 1) or a checkpoint
+	// record; After, if set, must be the checkpoint that first record
+	// follows.
+	Segment bool
+	After   *Checkpoint
+}
+
+// Report is what Verify found in a log that verifies.
+type Report struct {
+	Files   []string
+	First   uint64 // seq of the first record read
+	Head    Head   // the last record
+	Records uint64 // records read
+	// Checkpoints counts checkpoint records; LastCheckpoint is the last.
+	Checkpoints    int
+	LastCheckpoint *Checkpoint
+	// Unsigned counts the records after the last checkpoint: the daemon
+	// is running and has not made its next checkpoint yet, or it stopped
+	// without its stop checkpoint (killed, or a full disk at stop; its next
+	// start says so in a "recovered" record). Only a witness or the
+	// journal vouches for them.
+	Unsigned uint64
+	// Stopped is true when the log ends with the daemon's stop checkpoint.
+	Stopped bool
+	// Key is the key the checkpoints are signed with; KeyPinned says
+	// whether it was given (VerifyOptions.Key) or taken from the log.
+	Key       string
+	KeyPinned bool
+	// Matched are the checkpoints of VerifyOptions that matched a record;
+	// Older are those of seq before the first record read (in a segment
+	// that was removed, or not read), which could not be checked.
+	Matched, Older []*Checkpoint
+	// NULTail is the number of NUL bytes after the last record (space
+	// preallocated, or a crash before data reached the disk), ignored.
+	NULTail int64
+}
+
+// Verify checks the log whose active segment is at path: every segment in
+// order (or the one file with VerifyOptions.Segment), the chain across
+// them, every checkpoint's signature and place, and the log against the
+// checkpoints kept elsewhere. It returns a report, or an *Error naming the
+// file and line of the first problem, or an error wrapping ErrCheckpoint
+// for an outside checkpoint that the log contradicts.
+//
+// What it detects besides the chain's breaks: an edited record before any
+// checkpoint (the checkpoint's hash no longer matches); records appended
+// after the daemon's stop checkpoint; an empty log; a log whose checkpoints
+// were made with another key. Given an outside checkpoint made after the
+// fact, also a cut tail, a rollback to an older copy, a chain recomputed
+// after an edit, and a rewrite.
+func Verify(path string, o VerifyOptions) (*Report, error) {
+	var files []string
+	if o.Segment {
+		files = []string{path}
+	} else {
+		segs, err := Segments(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range segs {
+			files = append(files, s.Path)
+		}
+		if len(segs) == 0 {
+			// Nothing to verify is not a verification that failed: the
+			// caller named a log that is not there (exit 1, not 3).
+			return nil, fmt.Errorf("audit log %s: no such log: %w", path, fs.ErrNotExist)
+		}
+		if !segs[len(segs)-1].Active {
+			return nil, &Error{File: path, Reason: "the active segment is missing, but closed segments exist (it was deleted or moved)"}
+		}
+	}
+	rep := &Report{Files: files}
+	want := map[uint64][]*Checkpoint{}
+	for _, cp := range o.Checkpoints {
+		if err := verifyAnyKey(cp, o.Key, o.Previous); err != nil {
+			return nil, fmt.Errorf("checkpoint of seq %d kept elsewhere: %w", cp.Seq, err)
+		}
+		want[cp.Seq] = append(want[cp.Seq], cp)
+	}
+	if o.After != nil {
+		if err := verifyAnyKey(o.After, o.Key, o.Previous); err != nil {
+			return nil, fmt.Errorf("checkpoint given with --after: %w", err)
+		}
+	}
+	v := verifier{checkpoints: true, key: o.Key, keyPinned: o.Key != nil, anyStart: true}
+	if o.Key != nil {
+		v.previous = o.Previous
+	}
+	var mismatch error
+	v.seen = func(seq uint64, hash string, line []byte) {
+		if rep.Records == 0 {
+			rep.First = seq
+			if o.After != nil && (o.After.Seq+1 != seq || o.After.Hash != v.prevBefore(line)) {
+				mismatch = fmt.Errorf("%w: the first record (seq %d) does not follow the checkpoint given with --after (seq %d)", ErrCheckpoint, seq, o.After.Seq)
+			}
+		}
+		rep.Records++
+		for _, cp := range want[seq] {
+			if cp.Hash != hash && mismatch == nil {
+				mismatch = fmt.Errorf("%w: record %d differs from the checkpoint of %s kept elsewhere (the log was rewritten from there on, or its chain recomputed after an edit)", ErrCheckpoint, seq, cp.Time)
+			}
+			if cp.Log != v.logID && v.logID != "" && mismatch == nil {
+				mismatch = fmt.Errorf("%w: the checkpoint kept elsewhere is of log %s, this log is %s", ErrCheckpoint, cp.Log, v.logID)
+			}
+			rep.Matched = append(rep.Matched, cp)
+		}
+	}
+	for i, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
+		v.newFile(filepath.Base(name), true)
+		nul, err := verifyStream(&v, f)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		if mismatch != nil {
+			return nil, mismatch
+		}
+		if nul > 0 && i < len(files)-1 {
+			return nil, &Error{File: filepath.Base(name), Reason: fmt.Sprintf("a closed segment ends with %d NUL bytes", nul)}
+		}
+		rep.NULTail = nul
+		if v.line == 0 {
+			return nil, &Error{File: filepath.Base(name), Reason: "empty: every segment the daemon writes begins with a checkpoint record (the file was emptied or truncated)"}
+		}
+		if i == 0 && !o.Segment && v.startReason != "" && v.startReason != ReasonRotate {
+			// Retention removes whole segments, and the oldest left
+			// begins with the checkpoint of a rotation. Any other start
+			// means records went missing with no segment to show.
+			return nil, &Error{File: filepath.Base(name), Line: 1, Reason: fmt.Sprintf("the log's first file begins at record %d with a %s checkpoint: the records before it are in no file of the log (the file that held them was truncated or lost under the daemon; a recovered record after this one says what happened)", rep.First, v.startReason)}
+		}
+	}
+	rep.Head = v.head()
+	rep.Checkpoints, rep.LastCheckpoint, rep.Unsigned = v.cpCount, v.lastCP, v.sinceCP
+	rep.Stopped = v.afterStop != 0
+	rep.KeyPinned = o.Key != nil
+	if v.key != nil {
+		rep.Key = FormatKey(v.key)
+	}
+	if v.lastCP == nil {
+		return rep, &Error{File: filepath.Base(path), Reason: "no checkpoint in the log: nothing signed vouches for it (a log written before checkpoints, or rewritten without them)"}
+	}
+	for _, cp := range o.Checkpoints {
+		switch {
+		case cp.Log != v.logID:
+			return rep, fmt.Errorf("%w: the checkpoint of seq %d kept elsewhere is of log %s, this log is %s", ErrCheckpoint, cp.Seq, cp.Log, v.logID)
+		case cp.Seq > rep.Head.Seq:
+			return rep, fmt.Errorf("%w: a checkpoint kept elsewhere (%s) covers record %d, but the log ends at record %d: the log was cut or rolled back", ErrCheckpoint, cp.Time, cp.Seq, rep.Head.Seq)
+		case cp.Seq == 0 && rep.First == 1:
+			rep.Matched = append(rep.Matched, cp) // the empty log it covers begins this one
+		case cp.Seq < rep.First:
+			rep.Older = append(rep.Older, cp)
+		}
+	}
+	return rep, nil
+}
+
+// prevBefore returns the prev of line (the hash of the record before it).
+func (v *verifier) prevBefore(line []byte) string {
+	_, prev, _ := peek(line)
+	return prev
+}

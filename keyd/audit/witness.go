@@ -1,0 +1,508 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/parley-keyd/parley-keyd/internal/journal"
+
+	"golang.org/x/sys/unix"
+)
+
+// A Witness keeps checkpoints outside the daemon's reach: on another
+// filesystem, another machine, with another user. What each kind protects
+// against is in docs/audit.md.
+type Witness interface {
+	// Witness keeps cp. It returns once cp is kept (durably, where that
+	// applies), or ctx is done.
+	Witness(ctx context.Context, cp *Checkpoint) error
+	// String names the witness in messages.
+	String() string
+}
+
+// A WitnessReader can give back the latest checkpoint it keeps, which Open
+// compares with the log: a log cut or rolled back to before it, or rewritten
+// there, does not open.
+type WitnessReader interface {
+	Witness
+	// Latest returns the latest checkpoint kept, or nil when there is none.
+	Latest(ctx context.Context) (*Checkpoint, error)
+}
+
+var (
+	_ WitnessReader = FileWitness{}
+	_ Witness       = CommandWitness{}
+)
+
+// FileWitness appends every checkpoint, one JSON line each, to a file, which
+// should be on another filesystem (or a network mount) that the daemon's
+// user can append to but an attacker who owns that user cannot rewrite:
+// a file made append-only (chattr +a) by root, say. Each line is fsynced
+// before the checkpoint counts as out.
+type FileWitness struct{ Path string }
+
+func (w FileWitness) String() string { return "file " + w.Path }
+
+// Witness appends cp to the file.
+func (w FileWitness) Witness(ctx context.Context, cp *Checkpoint) error {
+	f, err := os.OpenFile(w.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("witness %s: %w", w.Path, err)
+	}
+	_, err = f.Write(append(cp.Marshal(), '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("witness %s: %w", w.Path, err)
+	}
+	return nil
+}
+
+// Latest reads the file's last line.
+func (w FileWitness) Latest(ctx context.Context) (*Checkpoint, error) {
+	return LatestCheckpoint(w.Path)
+}
+
+// LatestCheckpoint reads the last checkpoint of a file of checkpoints (one
+// JSON line each, as FileWitness writes them, or records of kind
+// "checkpoint"). A missing file has none: nil, nil.
+func LatestCheckpoint(path string) (*Checkpoint, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var read int64
+	lines, _, err := tailLines(f, fi.Size(), func(line []byte) bool { return len(bytes.TrimSpace(line)) > 0 }, &read)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		if len(bytes.TrimSpace(lines[i])) > 0 {
+			cp, err := ParseCheckpoint(lines[i])
+			if err != nil {
+				return nil, fmt.Errorf("%s: last line: %w", path, err)
+			}
+			return cp, nil
+		}
+	}
+	return nil, nil
+}
+
+// ReadCheckpoints reads every checkpoint of a file of checkpoints (one JSON
+// object per line; blank lines are skipped).
+func ReadCheckpoints(path string) ([]*Checkpoint, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Checkpoint
+	for i, line := range bytes.Split(data, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		cp, err := ParseCheckpoint(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", path, i+1, err)
+		}
+		out = append(out, cp)
+	}
+	return out, nil
+}
+
+// CommandWitness runs a program for every checkpoint, with the checkpoint
+// as one JSON line on its standard input and in the environment
+// (PARLEY_CHECKPOINT, and PARLEY_CHECKPOINT_SEQ, _HASH, _LOG, _REASON); the
+// checkpoint counts as out when it exits 0. It runs as the daemon's user,
+// so what it protects depends on where it sends the checkpoint: another
+// machine (ssh, a log service) or another user's spool.
+type CommandWitness struct {
+	Argv []string
+}
+
+func (w CommandWitness) String() string { return "command " + strings.Join(w.Argv, " ") }
+
+// Witness runs the command.
+func (w CommandWitness) Witness(ctx context.Context, cp *Checkpoint) error {
+	if len(w.Argv) == 0 {
+		return errors.New("witness command is empty")
+	}
+	line := cp.Marshal()
+	cmd := exec.CommandContext(ctx, w.Argv[0], w.Argv[1:]...)
+	cmd.Stdin = bytes.NewReader(append(line, '\n'))
+	cmd.Env = append(os.Environ(),
+		"PARLEY_CHECKPOINT="+string(line),
+		"PARLEY_CHECKPOINT_SEQ="+strconv.FormatUint(cp.Seq, 10),
+		"PARLEY_CHECKPOINT_HASH="+cp.Hash,
+		"PARLEY_CHECKPOINT_LOG="+cp.Log,
+		"PARLEY_CHECKPOINT_REASON="+cp.Reason)
+	var out limitedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 0
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(out.String())
+		if msg != "" {
+			return fmt.Errorf("witness %s: %w: %s", w.Argv[0], err, cleanText(msg, 200))
+		}
+		return fmt.Errorf("witness %s: %w", w.Argv[0], err)
+	}
+	return nil
+}
+
+// limitedBuffer keeps the first 4 KiB written to it.
+type limitedBuffer struct{ b bytes.Buffer }
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := 4096 - l.b.Len(); room > 0 {
+		if len(p) < room {
+			room = len(p)
+		}
+		l.b.Write(p[:room])
+	}
+	return len(p), nil
+}
+
+func (l *limitedBuffer) String() string { return l.b.String() }
+
+// witnessState delivers checkpoints to the witnesses from its own goroutine,
+// so that a slow witness never holds up an Append.
+type witnessState struct {
+	ws      []Witness
+	journal bool // the journal (outside the daemon's reach) gets every checkpoint
+
+	mu      sync.Mutex
+	pending *Checkpoint
+	have    []uint64 // per witness, the seq of the latest checkpoint it kept
+	haveAny []bool
+	wake    chan struct{}
+	quit    chan struct{}
+	done    chan struct{}
+	timeout func() (context.Context, context.CancelFunc)
+	log     func(err error, w Witness)
+}
+
+func (w *witnessState) init(l *Log) {
+	w.ws = l.o.Witnesses
+	w.journal = l.o.Journal.Journal()
+	w.have = make([]uint64, len(w.ws))
+	w.haveAny = make([]bool, len(w.ws))
+	w.wake = make(chan struct{}, 1)
+	w.quit = make(chan struct{})
+	w.done = make(chan struct{})
+	w.timeout = func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), l.o.WitnessTimeout)
+	}
+	w.log = func(err error, wt Witness) {
+		l.o.Journal.Send(journal.Entry{Priority: journal.Err, Key: "audit-witness:" + wt.String(),
+			Message: fmt.Sprintf("audit log: checkpoint not delivered to witness %s (retried with the next checkpoint): %v", wt, err)})
+	}
+	if len(w.ws) == 0 {
+		close(w.done)
+		return
+	}
+	go w.loop()
+}
+
+// offer hands cp to the delivery goroutine; a later offer replaces an
+// earlier one not yet delivered (the later checkpoint covers it).
+func (w *witnessState) offer(cp *Checkpoint) {
+	if len(w.ws) == 0 {
+		return
+	}
+	w.mu.Lock()
+	w.pending = cp
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *witnessState) loop() {
+	defer close(w.done)
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-w.wake:
+			w.mu.Lock()
+			cp := w.pending
+			w.pending = nil
+			w.mu.Unlock()
+			if cp != nil {
+				w.deliver(cp)
+			}
+		}
+	}
+}
+
+// deliver gives cp to every witness that lacks it and returns the first
+// error.
+func (w *witnessState) deliver(cp *Checkpoint) error {
+	var first error
+	for i, wt := range w.ws {
+		w.mu.Lock()
+		has := w.haveAny[i] && w.have[i] >= cp.Seq
+		w.mu.Unlock()
+		if has {
+			continue
+		}
+		ctx, cancel := w.timeout()
+		err := wt.Witness(ctx, cp)
+		cancel()
+		if err != nil {
+			w.log(err, wt)
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		w.mu.Lock()
+		w.have[i], w.haveAny[i] = cp.Seq, true
+		w.mu.Unlock()
+	}
+	return first
+}
+
+// stop ends the delivery goroutine and delivers final, the stop checkpoint,
+// before it returns.
+func (w *witnessState) stop(final *Checkpoint) error {
+	if len(w.ws) == 0 {
+		return nil
+	}
+	select {
+	case <-w.quit:
+	default:
+		close(w.quit)
+	}
+	<-w.done
+	if final == nil {
+		return nil
+	}
+	return w.deliver(final)
+}
+
+// out returns the seq of the latest checkpoint that every witness kept, and
+// that at least one place outside the daemon's reach has (a witness, or
+// the journal); 0 when there is none.
+func (w *witnessState) out(l *Log) uint64 {
+	if len(w.ws) == 0 {
+		if w.journal {
+			if cp := l.LastCheckpoint(); cp != nil {
+				return cp.Seq
+			}
+		}
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var min uint64
+	for i := range w.ws {
+		if !w.haveAny[i] {
+			return 0
+		}
+		if i == 0 || w.have[i] < min {
+			min = w.have[i]
+		}
+	}
+	return min
+}
+
+// checkWitnesses compares the log as Open found it with the latest
+// checkpoint of every witness that can read back. A witness that holds a
+// checkpoint the log contradicts stops Open: the log was cut, rolled back,
+// rewritten or replaced after that checkpoint went out.
+func (l *Log) checkWitnesses(st *openState) error {
+	for _, wt := range l.o.Witnesses {
+		r, ok := wt.(WitnessReader)
+		if !ok {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.o.WitnessTimeout)
+		cp, err := r.Latest(ctx)
+		cancel()
+		if err != nil {
+			l.o.Journal.Send(journal.Entry{Priority: journal.Warning, Always: true,
+				Message: fmt.Sprintf("audit log: cannot read witness %s to compare the log with it: %v", wt, err)})
+			continue
+		}
+		if cp == nil {
+			continue
+		}
+		refuse := func(format string, args ...any) error {
+			return fmt.Errorf("audit log %s contradicts witness %s: %s (keep both for investigation; run parley-keyd audit verify --checkpoint)", l.path, wt, fmt.Sprintf(format, args...))
+		}
+		if err := verifyAnyKey(cp, l.pub, l.o.Previous); err != nil {
+			return refuse("its latest checkpoint does not verify: %v", err)
+		}
+		switch {
+		case cp.Log != l.logID:
+			return refuse("it holds a checkpoint of log %s made %s, but this log is %s (the log was replaced; if you started a new log on purpose, move the witness's copy aside)", cp.Log, cp.Time, l.logID)
+		case cp.Seq > l.seq:
+			return refuse("it holds a checkpoint of record %d made %s, but the log ends at record %d: the log was cut or rolled back", cp.Seq, cp.Time, l.seq)
+		case cp.Seq >= st.tailFrom && st.hashes[cp.Seq] != "":
+			if st.hashes[cp.Seq] != cp.Hash {
+				return refuse("record %d differs from its checkpoint made %s: the log was rewritten", cp.Seq, cp.Time)
+			}
+		default:
+			l.o.Journal.Send(journal.Entry{Priority: journal.Info,
+				Message: fmt.Sprintf("audit log: witness %s holds a checkpoint of record %d, before the part of the log read at start; audit verify --checkpoint checks it", wt, cp.Seq)})
+		}
+	}
+	for _, wt := range l.o.Witnesses {
+		if fw, ok := wt.(FileWitness); ok && sameFilesystem(fw.Path, l.dir) {
+			l.o.Journal.Send(journal.Entry{Priority: journal.Warning, Always: true,
+				Message: fmt.Sprintf("audit log: witness %s is on the same filesystem as the log; whoever can rewrite the log there may rewrite the witness too (docs/audit.md)", fw.Path)})
+		}
+	}
+	return nil
+}
+
+func sameFilesystem(path, dir string) bool {
+	var a, b unix.Stat_t
+	if unix.Stat(filepath.Dir(path), &a) != nil || unix.Stat(dir, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev
+}
+
+// subscribers get every checkpoint the log writes (Subscribe).
+type subscribers struct {
+	mu     sync.Mutex
+	m      map[chan *Checkpoint]struct{}
+	closed bool
+}
+
+func (s *subscribers) init() { s.m = map[chan *Checkpoint]struct{}{} }
+
+// Subscribe returns a channel that receives every checkpoint the log
+// writes from now on (a receiver that falls behind gets the latest, which
+// covers the ones it missed), and a function that ends the subscription.
+// The channel is closed when the log closes, after the stop checkpoint.
+// The daemon uses it to carry checkpoints to approvers, who keep the latest
+// (see Consistent).
+func (l *Log) Subscribe() (<-chan *Checkpoint, func()) {
+	ch := make(chan *Checkpoint, 1)
+	s := &l.subs
+	s.mu.Lock()
+	if s.closed {
+		close(ch)
+	} else {
+		s.m[ch] = struct{}{}
+	}
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		if _, ok := s.m[ch]; ok {
+			delete(s.m, ch)
+			close(ch)
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *subscribers) publish(cp *Checkpoint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.m {
+		select {
+		case ch <- cp:
+		default:
+			select {
+			case <-ch:
+			default:
+			}
+			select {
+			case ch <- cp:
+			default:
+			}
+		}
+	}
+}
+
+func (s *subscribers) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for ch := range s.m {
+		delete(s.m, ch)
+		close(ch)
+	}
+}
+
+// Keeper keeps the latest checkpoint of a log in a file, for an approver
+// (or anyone outside the daemon's reach) that receives checkpoints as the
+// daemon makes them. Keep refuses, and leaves the file as it is, a
+// checkpoint that does not verify under the principal key or that
+// contradicts the one kept (an older seq, another hash at the same seq,
+// another log): that is a daemon showing a rolled-back, rewritten or
+// replaced log, and the error says so.
+type Keeper struct{ Path string }
+
+// Latest returns the checkpoint kept, or nil.
+func (k Keeper) Latest() (*Checkpoint, error) { return LatestCheckpoint(k.Path) }
+
+// Keep verifies cp under key and keeps it when it is newer than the one
+// kept. The file is replaced atomically and fsynced.
+func (k Keeper) Keep(cp *Checkpoint, key ed25519.PublicKey) error {
+	if key == nil {
+		return fmt.Errorf("%w: no key to check it against", ErrCheckpoint)
+	}
+	if err := cp.Verify(key); err != nil {
+		return err
+	}
+	kept, err := k.Latest()
+	if err != nil {
+		return err
+	}
+	if kept != nil {
+		if err := Consistent(kept, cp); err != nil {
+			return err
+		}
+		if cp.Seq == kept.Seq {
+			return nil
+		}
+	}
+	tmp := k.Path + ".tmp"
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(cp.Marshal(), '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, k.Path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("keep checkpoint: %w", err)
+	}
+	return syncDir(filepath.Dir(k.Path))
+}
