@@ -288,7 +288,7 @@ func (d *doctor) checkKey() {
 		if until := p.Until.UTC().Format(time.RFC3339); p.Until.After(time.Now()) {
 			d.ok("key", "rotated out: %s, trusted by services until %s", p.Key, until)
 		} else {
-			d.warn("key", "services drop it from their trusted keys; the next rotation removes it from the list",
+			d.warn("key", "check that services dropped it from their trusted keys; it stays listed for the audit log's old checkpoints",
 				"rotated out: %s, whose overlap ended at %s", p.Key, until)
 		}
 	}

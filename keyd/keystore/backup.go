@@ -151,8 +151,8 @@ func Restore(dir string, backup, backupPass, atRest []byte) (ed25519.PublicKey, 
 
 // Rotate replaces the principal key of dir with a new one from crypto/rand,
 // encrypted at rest with atRest when it is not empty, and lists the old
-// public key in PreviousFileName as trusted until until; entries whose time
-// has passed at now are dropped. It returns both public keys. A daemon
+// public key in PreviousFileName as trusted until until, after the keys
+// listed there already. It returns both public keys. A daemon
 // running on dir goes on signing with the key it loaded until it restarts.
 func Rotate(dir string, atRest []byte, until, now time.Time) (newPub, oldPub ed25519.PublicKey, err error) {
 	if err := CheckPerms(dir); err != nil {
@@ -177,9 +177,12 @@ func Rotate(dir string, atRest []byte, until, now time.Time) (newPub, oldPub ed2
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, err
 	}
+	// Every key rotated out stays listed, its overlap ended or not: the
+	// audit log's older checkpoints are signed by it. Readers of the list
+	// (HELLO, pubkey --trust) leave out the ended ones.
 	keep := prev[:0]
 	for _, p := range prev {
-		if p.Until.After(now) && p.Key != formatPub(oldPub) {
+		if p.Key != formatPub(oldPub) {
 			keep = append(keep, p)
 		}
 	}

@@ -148,14 +148,15 @@ func TestRotate(t *testing.T) {
 	if fi, _ := os.Stat(filepath.Join(dir, PreviousFileName)); fi.Mode().Perm() != 0o644 {
 		t.Errorf("%s mode %v", PreviousFileName, fi.Mode().Perm())
 	}
-	// A second rotation after the first overlap ended drops the first.
+	// A second rotation after the first overlap ended keeps the first key
+	// listed, oldest first: the audit log's old checkpoints are its.
 	later := now.Add(48 * time.Hour)
 	newer, _, err := Rotate(dir, []byte("at rest"), later.Add(time.Hour), later)
 	if err != nil {
 		t.Fatal(err)
 	}
 	prev, _ = Previous(dir)
-	if len(prev) != 1 || prev[0].Key != formatPub(newPub) {
+	if len(prev) != 2 || prev[0].Key != old || prev[1].Key != formatPub(newPub) {
 		t.Errorf("previous after the second rotation = %+v", prev)
 	}
 	s, err = Load(dir, passFunc("at rest"))
