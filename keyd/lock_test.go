@@ -133,7 +133,8 @@ func (h *harness) restart(t *testing.T) *harness {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the daemon did not stop")
 	}
-	return newHarness(t, func(c *Config, o *Options) { o.State = h.dir })
+	// The same key: the audit log's checkpoints are signed with it.
+	return newHarness(t, func(c *Config, o *Options) { o.State, o.Signer = h.dir, h.key })
 }
 
 func TestLockSurvivesRestart(t *testing.T) {
