@@ -63,6 +63,15 @@ func (c Caller) name() string {
 	return fmt.Sprintf("%s (uid %d)", c.Identity.User, c.Identity.UID)
 }
 
+// phrase is the caller as a refusal names it: "user alice", or "the
+// paired phone pixel".
+func (c Caller) phrase() string {
+	if c.Device != "" {
+		return "the paired phone " + c.Device
+	}
+	return "user " + c.Identity.User
+}
+
 // who describes an agent's caller for the human, every value neutralized:
 // the kernel's uid and pid, then, on a line of its own, the program and unit
 // the daemon saw in /proc. Those are shown as observed, not proven: another

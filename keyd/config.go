@@ -27,6 +27,13 @@ type Config struct {
 	Socket string `toml:"socket"`
 	// SocketMode is the octal mode of the socket file (default "0660").
 	SocketMode string `toml:"socket_mode"`
+	// SocketGroup is the group (name or gid) the daemon gives the socket it
+	// creates; empty keeps the daemon's own group. Under systemd socket
+	// activation the unit's SocketGroup= decides instead. It should be a
+	// group of agents and approvers that cannot read this configuration
+	// (parley-agents in the default install); the daemon's user must be a
+	// member of it.
+	SocketGroup string `toml:"socket_group"`
 	// Policy is the policy file, relative to the configuration file's folder.
 	Policy string `toml:"policy"`
 	// ApprovalTimeout is how long a request waits for a human before it is refused.
@@ -51,7 +58,8 @@ type Config struct {
 	// new segment (docs/audit.md). It is read at start only.
 	Audit AuditConfig `toml:"audit"`
 
-	path string // where it was read from, for relative paths
+	path       string // where it was read from, for relative paths
+	fileSocket string // Socket as the file says, before any --socket override
 }
 
 // AuditConfig is the [audit] table: the witnesses that receive the log's
@@ -183,6 +191,7 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	c.fileSocket = c.Socket
 	if c.ApprovalTimeout.Duration == 0 {
 		c.ApprovalTimeout.Duration = DefaultApprovalTimeout
 	}
@@ -302,6 +311,27 @@ func (c *Config) roles(id peercred.Identity) Roles {
 // and approver name the users set up at init; the quickstart passes the same
 // user for both, which makes it a dual-role user with weak approvals.
 func DefaultConfig(socket, agent, approver string) string {
+	t := ConfigTemplate{Socket: socket}
+	if agent != "" {
+		t.Agents = []string{agent}
+	}
+	if approver != "" {
+		t.Approvers = []string{approver}
+	}
+	return t.Text()
+}
+
+// ConfigTemplate is what init knows when it writes a configuration.
+type ConfigTemplate struct {
+	Socket      string
+	SocketGroup string
+	Agents      []string
+	Approvers   []string
+}
+
+// Text returns the commented configuration for t. A user named both as
+// agent and approver becomes a dual-role user, whose approvals are weak.
+func (t ConfigTemplate) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# parley-keyd configuration. Unknown keys are errors.
 # Who may connect at all is decided here; what an agent may get is in the policy.
@@ -310,6 +340,11 @@ func DefaultConfig(socket, agent, approver string) string {
 socket = %q
 # Mode of the socket file. The daemon checks every peer's uid with SO_PEERCRED anyway.
 socket_mode = "0660"
+# The group the daemon gives the socket it creates: agents and approvers join it
+# to connect. Make it a group that cannot read this file; the daemon's user must
+# be a member. Empty keeps the daemon's own group. Under systemd socket activation
+# SocketGroup= in parley-keyd.socket decides instead.
+socket_group = %q
 
 # The policy file, relative to this file's folder.
 policy = "policy.toml"
@@ -331,12 +366,18 @@ agent_groups = []
 # Users and groups who may list, approve and deny pending requests.
 approver_users = [%s]
 approver_groups = []
-`, socket, quoteList(agent), quoteList(approver))
-	if agent != "" && agent == approver {
+`, t.Socket, t.SocketGroup, quoteList(t.Agents), quoteList(t.Approvers))
+	var dual []string
+	for _, a := range t.Agents {
+		if slices.Contains(t.Approvers, a) {
+			dual = append(dual, a)
+		}
+	}
+	if len(dual) > 0 {
 		fmt.Fprintf(&b, `# Users allowed to hold both roles. Their approvals are recorded as weak,
 # because an agent running as the same user could approve as well.
-dual_role_users = [%q]
-`, agent)
+dual_role_users = [%s]
+`, quoteList(dual))
 	} else {
 		b.WriteString(`# Users allowed to hold both roles (approvals from them are recorded as weak).
 dual_role_users = []
@@ -368,9 +409,10 @@ listen = ""
 	return b.String()
 }
 
-func quoteList(s string) string {
-	if s == "" {
-		return ""
+func quoteList(list []string) string {
+	q := make([]string, len(list))
+	for i, s := range list {
+		q[i] = strconv.Quote(s)
 	}
-	return strconv.Quote(s)
+	return strings.Join(q, ", ")
 }

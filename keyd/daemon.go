@@ -8,14 +8,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"reflect"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/peercred"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
 
@@ -42,6 +44,9 @@ type Options struct {
 	// segments, preallocation). Its Signer is Signer unless set: the log
 	// signs its checkpoints with the principal key (docs/audit.md).
 	AuditOptions audit.Options
+	// Previous are the principal keys rotated out (keystore.Previous):
+	// HELLO lists those whose overlap has not ended, for services to trust.
+	Previous []protocol.PreviousKey
 	// Logf receives operational messages (not audit records). Nil discards.
 	Logf func(format string, args ...any)
 	// Now is the clock; nil means time.Now.
@@ -105,6 +110,8 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.Server = srv
+	srv.previous = o.Previous
+	srv.loadLock(o.State)
 	return d, nil
 }
 
@@ -145,7 +152,12 @@ type PolicyError struct {
 	Err  error
 }
 
-func (e *PolicyError) Error() string { return fmt.Sprintf("policy %s: %v", e.Path, e.Err) }
+func (e *PolicyError) Error() string {
+	if msg := e.Err.Error(); strings.HasPrefix(msg, e.Path+":") {
+		return "policy " + msg // the parser named the file already
+	}
+	return fmt.Sprintf("policy %s: %v", e.Path, e.Err)
+}
 func (e *PolicyError) Unwrap() error { return e.Err }
 
 // LoadPolicy reads and parses the policy file cfg names.
@@ -214,6 +226,10 @@ func (d *Daemon) Listen() (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := chownSocketGroup(path, cfg.SocketGroup); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	if err := os.Chmod(path, cfg.FileMode()); err != nil {
 		ln.Close()
 		return nil, err
@@ -239,8 +255,14 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 		d.closeLog()
 		return fmt.Errorf("audit log: %w", err)
 	}
+	d.reportHead("start")
 	served := make(chan error, 1)
 	go func() { served <- d.Serve(ln) }()
+	// The socket listens and the start record is written: ready.
+	d.sdNotify(daemon.SdNotifyReady + "\n" + d.statusLine(ln.Addr().String()))
+	wctx, stopWatchdog := context.WithCancel(context.Background())
+	defer stopWatchdog()
+	go d.watchdog(wctx)
 	var err error
 	reason := "stopped"
 	select {
@@ -253,6 +275,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 			reason = c.Error()
 		}
 	}
+	d.sdNotify(daemon.SdNotifyStopping + "\nSTATUS=stopping: " + reason)
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if serr := d.Shutdown(sctx); serr != nil && err == nil {
 		err = serr
@@ -268,15 +291,21 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 	if _, aerr := d.audit.Append(audit.Record{Kind: audit.KindStop, Message: reason}); aerr != nil {
 		d.logf("stop record not written: %v", aerr)
 	}
+	// Closing the log writes its stop checkpoint: report the head after it.
 	d.closeLog()
+	d.reportHead("stop")
 	return err
 }
 
 // Reload reopens the audit log if it was moved under the daemon, and
 // rereads the configuration file the daemon was started with and the
 // policy file it names. Property 6: when either does not parse, nothing
-// changes. Either outcome goes into the audit log.
+// changes. Settings that only take effect at a restart (the socket and the
+// phone page) keep their running values, and the log and the audit record
+// name the ones that changed. Either outcome goes into the audit log.
 func (d *Daemon) Reload() error {
+	d.sdNotify(daemon.SdNotifyReloading)
+	defer d.sdNotify(daemon.SdNotifyReady)
 	// SIGHUP also starts a new audit segment when the log was moved,
 	// deleted or truncated under the daemon (docs/audit.md, Rotating);
 	// when it was not, Reopen does nothing.
@@ -289,7 +318,6 @@ func (d *Daemon) Reload() error {
 	cfg, err := LoadConfig(old.path)
 	var pol *policies.Policy
 	if err == nil {
-		cfg.Socket = old.Socket // the socket in use cannot move
 		pol, err = LoadPolicy(cfg)
 	}
 	if err != nil {
@@ -297,13 +325,14 @@ func (d *Daemon) Reload() error {
 		d.auditRefusal(audit.Record{Kind: audit.KindPolicyReload, Decision: "refused", Message: err.Error()})
 		return err
 	}
+	pending := keepRestartOnly(old, cfg)
 	d.swap(cfg, pol)
-	d.logf("reloaded %s and %s", old.path, cfg.PolicyPath())
-	if !reflect.DeepEqual(old.Key, cfg.Key) {
-		// The signer is opened once, at start (docs/key-service.md).
-		d.logf("the [key] table changed; the signer in use stays until the daemon restarts")
+	msg := cfg.PolicyPath()
+	if len(pending) > 0 {
+		msg += "; " + restartNote(pending)
 	}
-	d.auditRefusal(audit.Record{Kind: audit.KindPolicyReload, Decision: "loaded", Message: cfg.PolicyPath()})
+	d.logf("reloaded %s and %s", old.path, msg)
+	d.auditRefusal(audit.Record{Kind: audit.KindPolicyReload, Decision: "loaded", Message: msg})
 	return nil
 }
 

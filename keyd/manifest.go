@@ -27,6 +27,9 @@ var manifestVerbs = []protocol.ManifestVerb{
 	{Name: protocol.VerbWatch, Role: "approver", Summary: "Stream pending requests, their ends and the audit log's signed checkpoints as EVENTs."},
 	{Name: protocol.VerbAudit, Role: "approver", Summary: "Read the audit log: a page of records, as stored and rendered.",
 		Params: map[string]string{"audit?": "{from?: int — seq, since?: int, until?: int — unix seconds, grant?: string, limit?: int, wait?: bool}"}},
+	{Name: protocol.VerbLock, Role: "approver", Summary: "Stop button: refuse every new request and withdraw every waiting one until UNLOCK; survives a restart.",
+		Params: map[string]string{"reason?": "string — for the audit log"}},
+	{Name: protocol.VerbUnlock, Role: "approver", Summary: "Lift the lock; refused to an approver who may also act as an agent."},
 }
 
 // hello answers HELLO with the daemon's manifest for this caller.
@@ -55,6 +58,15 @@ func (s *Server) hello(req *request) (*protocol.Frame, error) {
 	if r.Approver {
 		m.Caller.Roles = append(m.Caller.Roles, "approver")
 		m.Key = s.keyStatus(req.ctx)
+	}
+	if st, ok := s.LockState(); ok {
+		m.Locked = lockView(st)
+	}
+	now := s.now().Unix()
+	for _, p := range s.previous {
+		if p.Until > now {
+			m.Previous = append(m.Previous, p)
+		}
 	}
 	for _, v := range manifestVerbs {
 		if v.Role == "any" || (v.Role == "agent" && r.Agent) || (v.Role == "approver" && r.Approver) {

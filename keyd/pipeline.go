@@ -42,6 +42,9 @@ type request struct {
 	// approval is the human's approval of this request, told at the end
 	// whether the grant was issued (Approval.settle).
 	approval *Approval
+	// recorded is set once the request's record is written (record): a
+	// step whose record must precede what it causes writes it early.
+	recorded bool
 }
 
 func (r *request) event(message string, data any) {
@@ -67,7 +70,8 @@ type folder interface {
 func knownVerb(verb string) bool {
 	switch verb {
 	case protocol.VerbHello, protocol.VerbGrant, protocol.VerbExplain, protocol.VerbConsent,
-		protocol.VerbPending, protocol.VerbApprove, protocol.VerbDeny, protocol.VerbWatch, protocol.VerbAudit:
+		protocol.VerbPending, protocol.VerbApprove, protocol.VerbDeny, protocol.VerbWatch, protocol.VerbAudit,
+		protocol.VerbLock, protocol.VerbUnlock:
 		return true
 	}
 	return false
@@ -108,6 +112,10 @@ func (s *Server) run(r *request) (*protocol.Frame, error) {
 		return s.watch(r)
 	case protocol.VerbAudit:
 		return s.auditRead(r)
+	case protocol.VerbLock:
+		return s.lockRequest(r)
+	case protocol.VerbUnlock:
+		return s.unlockRequest(r)
 	}
 	return nil, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("unknown verb %q", r.f.Verb),
 		Fix: "send HELLO to list the verbs"}
@@ -153,9 +161,20 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 			rec.Decision = "ok"
 		}
 	}
-	s.auditRefusal(*rec)
+	if !r.recorded {
+		s.auditRefusal(*rec)
+	}
 	r.settle(err)
 	return reply, err
+}
+
+// record writes r's record now, as it stands, durably; finish then writes
+// none. A failure is logged: what the record describes has happened.
+func (s *Server) record(r *request) {
+	r.recorded = true
+	if _, err := s.audit.Append(r.rec); err != nil {
+		s.logf("audit append failed for %s %s: %v", r.rec.Kind, r.rec.RequestID, err)
+	}
 }
 
 // settle tells the human who approved r how it ended.
@@ -211,7 +230,7 @@ func (s *Server) unavailableAudit(err error) error {
 func (r *request) requireAgent() error {
 	if !r.caller.Roles.Agent {
 		return &protocol.Error{Code: protocol.CodeForbidden,
-			Message: fmt.Sprintf("%s may approve but not ask for grants (%s)", r.caller.name(), r.f.Verb)}
+			Message: fmt.Sprintf("%s may approve but not ask for grants (%s)", r.caller.phrase(), r.f.Verb)}
 	}
 	return nil
 }
@@ -221,8 +240,8 @@ func (r *request) requireApprover() error {
 	// from the kernel's uid, never from the frame.
 	if !r.caller.Roles.Approver {
 		return &protocol.Error{Code: protocol.CodeForbidden,
-			Message: fmt.Sprintf("%s is an agent and may not use %s", r.caller.name(), r.f.Verb),
-			Fix:     "a human does that with parley-grant, as a user listed in access.approver_users"}
+			Message: fmt.Sprintf("%s is an agent and may not %s", r.caller.phrase(), approverAction(r.f.Verb)),
+			Fix:     "a human approves with parley-grant approve, as a user listed in access.approver_users"}
 	}
 	return nil
 }
@@ -330,7 +349,7 @@ func (s *Server) agent(r *request, pol *policies.Policy, holder string) (string,
 	name, ok := pol.AgentFor(r.caller.policy(holder))
 	if !ok {
 		return "", &protocol.Error{Code: protocol.CodeForbidden,
-			Message: fmt.Sprintf("the policy names no agent for %s with this key", r.caller.name()),
+			Message: fmt.Sprintf("the policy names no agent for %s with this key", r.caller.phrase()),
 			Fix:     "an admin adds an [[agent]] entry for this user, executable or key to the policy"}
 	}
 	// Attack: one OS user using up another's rate. The rate is counted
@@ -347,6 +366,9 @@ func (s *Server) agent(r *request, pol *policies.Policy, holder string) (string,
 // grantRequest runs the pipeline for an attenuated root grant.
 func (s *Server) grantRequest(r *request) (*protocol.Frame, error) {
 	if err := r.requireAgent(); err != nil {
+		return nil, err
+	}
+	if err := s.refuseIfLocked(); err != nil {
 		return nil, err
 	}
 	now := s.now().Unix()
@@ -518,6 +540,9 @@ func (s *Server) explain(r *request) (*protocol.Frame, error) {
 	if err := r.requireAgent(); err != nil {
 		return nil, err
 	}
+	if err := s.refuseIfLocked(); err != nil {
+		return nil, err
+	}
 	now := s.now().Unix()
 	body, _, req, err := parseGrantBody(r.f.Grant, now)
 	r.rec.Holder = body.Holder
@@ -584,6 +609,9 @@ func consentObject(raw json.RawMessage) (grant.ConsentRequest, error) {
 // queued.
 func (s *Server) consent(r *request) (*protocol.Frame, error) {
 	if err := r.requireAgent(); err != nil {
+		return nil, err
+	}
+	if err := s.refuseIfLocked(); err != nil {
 		return nil, err
 	}
 	f := r.f

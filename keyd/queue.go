@@ -105,6 +105,7 @@ type queue struct {
 	items     map[string]*pendingItem
 	perCaller map[quotaKey]int
 	notifiers []*notifierReg
+	locked    bool // the daemon is locked: add refuses (lock.go)
 }
 
 type notifierReg struct{ n Notifier }
@@ -162,6 +163,12 @@ func (q *queue) add(v protocol.PendingView, agent string, uid uint32, maxPending
 	v.Choices = choices
 	who := quotaKey{agent, uid}
 	q.mu.Lock()
+	if q.locked {
+		// A request that passed the lock check just before the lock
+		// must not wait for a human after the drain.
+		q.mu.Unlock()
+		return nil, &protocol.Error{Code: protocol.CodeLocked, Message: "parley-keyd was locked while the request was decided"}
+	}
 	// Attack: one agent flooding the human with approval requests, which
 	// also buries the requests of others. Cap what each caller has waiting,
 	// per uid: a user cannot use up the slots of another that the same
@@ -247,9 +254,12 @@ func (q *queue) decide(id string, approve bool, match string, a Approval) error 
 		q.mu.Unlock()
 		return &protocol.Error{Code: protocol.CodeNotFound, Message: fmt.Sprintf("no pending request %q", id), Fix: "list waiting requests with: parley-grant pending"}
 	}
-	if !slices.Contains(it.view.Channels, a.Channel) {
+	// Denying is safe from any channel; approving only from one the
+	// request allows.
+	if approve && !slices.Contains(it.view.Channels, a.Channel) {
 		q.mu.Unlock()
-		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("request %s may not be approved over the %s channel (allowed: %s)", id, a.Channel, strings.Join(it.view.Channels, ", "))}
+		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("request %s may not be approved over the %s channel (allowed: %s)", id, a.Channel, strings.Join(it.view.Channels, ", ")),
+			Fix: channelFix(it.view)}
 	}
 	if approve && it.view.Strong && a.Weak {
 		q.mu.Unlock()
@@ -331,7 +341,14 @@ func (q *queue) subscribe(n Notifier) (cancel func()) {
 	}
 }
 
-// drain ends every waiting request with a (on shutdown).
+// setLocked makes add refuse new requests (true) or accept them again.
+func (q *queue) setLocked(locked bool) {
+	q.mu.Lock()
+	q.locked = locked
+	q.mu.Unlock()
+}
+
+// drain ends every waiting request with a (on shutdown, and on lock).
 func (q *queue) drain(a Approval) {
 	q.mu.Lock()
 	items := make([]*pendingItem, 0, len(q.items))

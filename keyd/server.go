@@ -51,6 +51,8 @@ type Server struct {
 	peerOf    func(*net.UnixConn) (peercred.Identity, error)
 	queue     *queue
 	limiter   *policies.Limiter
+	lock      lockState
+	previous  []protocol.PreviousKey
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}

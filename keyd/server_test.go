@@ -236,7 +236,7 @@ func TestHelloManifest(t *testing.T) {
 	for _, v := range m.Verbs {
 		names = append(names, v.Name)
 	}
-	if got := strings.Join(names, " "); got != "HELLO GRANT EXPLAIN CONSENT PENDING APPROVE DENY WATCH AUDIT" {
+	if got := strings.Join(names, " "); got != "HELLO GRANT EXPLAIN CONSENT PENDING APPROVE DENY WATCH AUDIT LOCK UNLOCK" {
 		t.Errorf("verbs = %s", got)
 	}
 }

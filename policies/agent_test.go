@@ -109,7 +109,7 @@ func TestAllowed(t *testing.T) {
 		t.Errorf("Allowed(calendar) rules = %q, want %q", strings.Join(names, " "), want)
 	}
 	auto := got[2]
-	if auto.MaxExp != 3600 || auto.DefaultExp != 600 || !auto.Clamp || auto.Risk != "low" || auto.Per == nil || auto.Per.Amount != 0 {
+	if auto.MaxExp != 3600 || auto.DefaultExp != 600 || !auto.Clamp || auto.Risk != "low" || auto.Per == nil || auto.Per.Max != 0 {
 		t.Errorf("Allowed(calendar) auto rule = %+v", auto)
 	}
 	if got[1].Channels == nil || got[1].Strong || got[0].MaxExp != 0 {

@@ -12,20 +12,35 @@ import (
 // status page shows it: what the agent may get and how. Lists are absent
 // when the rule does not restrict that dimension.
 type Summary struct {
-	Rule       string       `json:"rule"`
-	Action     Action       `json:"action"`
-	Svc        []string     `json:"svc,omitempty"`
-	Verbs      []string     `json:"verbs,omitempty"`
-	Can        []string     `json:"can,omitempty"`
-	MaxExp     int64        `json:"max_exp,omitempty"`     // seconds; absent for deny
-	DefaultExp int64        `json:"default_exp,omitempty"` // seconds; absent for deny
-	Per        *grant.Money `json:"per,omitempty"`
-	Spend      *grant.Money `json:"spend,omitempty"`
-	Risk       string       `json:"risk,omitempty"`
-	Channels   []Channel    `json:"channels,omitempty"`
-	Strong     bool         `json:"strong,omitempty"`
-	Clamp      bool         `json:"clamp,omitempty"`
-	Text       string       `json:"text"` // the rule in one plain sentence
+	Rule       string    `json:"rule"`
+	Action     Action    `json:"action"`
+	Svc        []string  `json:"svc,omitempty"`
+	Verbs      []string  `json:"verbs,omitempty"`
+	Can        []string  `json:"can,omitempty"`
+	MaxExp     int64     `json:"max_exp,omitempty"`     // seconds; absent for deny
+	DefaultExp int64     `json:"default_exp,omitempty"` // seconds; absent for deny
+	Per        *Limit    `json:"per,omitempty"`
+	Spend      *Limit    `json:"spend,omitempty"`
+	Risk       string    `json:"risk,omitempty"`
+	Channels   []Channel `json:"channels,omitempty"`
+	Strong     bool      `json:"strong,omitempty"`
+	Clamp      bool      `json:"clamp,omitempty"`
+	Text       string    `json:"text"` // the rule in one plain sentence
+}
+
+// Limit is a money limit written as the per and spend caveats of a grant
+// write it (§6.3): the most, in minor units, and the currency. Limits are
+// "max" wherever they appear; "amount" is a cost, as in a proposal (§5.1).
+type Limit struct {
+	Max      int64  `json:"max"`
+	Currency string `json:"currency"`
+}
+
+func limitOf(m *grant.Money) *Limit {
+	if m == nil {
+		return nil
+	}
+	return &Limit{Max: m.Amount, Currency: m.Currency}
 }
 
 // Allowed returns, in decision order, the rules that apply to the caller's
@@ -48,7 +63,7 @@ func (p *Policy) Allowed(c Caller) []Summary {
 		}
 		if u.action != Deny {
 			s.MaxExp, s.DefaultExp = u.lifetimes()
-			s.Per, s.Spend, s.Risk = cloneMoney(u.per), cloneMoney(u.spend), u.risk
+			s.Per, s.Spend, s.Risk = limitOf(u.per), limitOf(u.spend), u.risk
 			s.Clamp = u.clamp
 		}
 		if u.action == Ask {

@@ -96,7 +96,7 @@ func TestSummaryJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"rule":"shop-phone","action":"ask","svc":["shop.example"],"can":["shop.*"],"max_exp":3600,"default_exp":900,"per":{"amount":2000,"currency":"USD"},"spend":{"amount":10000,"currency":"USD"},"channels":["phone"],"strong":true,"text":`
+	want := `{"rule":"shop-phone","action":"ask","svc":["shop.example"],"can":["shop.*"],"max_exp":3600,"default_exp":900,"per":{"max":2000,"currency":"USD"},"spend":{"max":10000,"currency":"USD"},"channels":["phone"],"strong":true,"text":`
 	if !strings.HasPrefix(string(b), want) {
 		t.Errorf("summary JSON = %s\nwant prefix %s", b, want)
 	}
@@ -122,4 +122,26 @@ func seededKey(b byte) string {
 	seed := make([]byte, ed25519.SeedSize)
 	seed[0] = b
 	return grant.FormatPublicKey(ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey))
+}
+
+func TestLongestGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		want      int64
+	}{
+		{"ok/nothing", "version = 1\n", 0},
+		{"ok/rule-cap", "version = 1\n[[agent]]\nname = \"a\"\nany = true\n[[rule]]\nname = \"r\"\nagents = [\"a\"]\naction = \"auto\"\nmax_exp = \"2h\"\n[[rule]]\nname = \"d\"\nagents = [\"a\"]\naction = \"deny\"\n", 7200},
+		{"ok/no-cap-is-ceiling", "version = 1\n[[agent]]\nname = \"a\"\nany = true\n[[rule]]\nname = \"r\"\nagents = [\"a\"]\naction = \"ask\"\n", Ceiling},
+		{"ok/consent-longer", "version = 1\n[[agent]]\nname = \"a\"\nany = true\n[[rule]]\nname = \"r\"\nagents = [\"a\"]\naction = \"auto\"\nmax_exp = \"1h\"\n[[consent]]\nname = \"c\"\nagents = [\"*\"]\nmax_exp = \"3h\"\n", 10800},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse([]byte(tc.src), "p.toml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.LongestGrant(); got != tc.want {
+				t.Errorf("LongestGrant = %d, want %d", got, tc.want)
+			}
+		})
+	}
 }

@@ -43,12 +43,22 @@ the codes differ, another request may be racing the one you expect.`,
 			if i < 0 {
 				return &exitError{code: exitFail, err: fmt.Errorf("no pending request %q", id), hint: "list waiting requests with: parley-grant pending"}
 			}
+			v := list[i]
+			if !slices.Contains(v.Channels, "terminal") {
+				// The daemon would refuse it (forbidden): say where
+				// it may be approved before asking for any code.
+				hint := "approve it on " + channelWords(v.Channels)
+				if v.Link != "" {
+					hint = "open " + v.Link + " on your paired phone (as a QR code: parley-grant pending --qr " + v.ID + ")"
+				}
+				return failCode(exitForbidden, fmt.Errorf("request %s may be approved only on %s, not in a terminal", v.ID, channelWords(v.Channels)), hint)
+			}
 			// The whole request is shown before the code is asked for
 			// (DESIGN.md property 8): on a terminal a screenful at a
 			// time, each page after the human pressed Enter.
 			var shown strings.Builder
 			fmt.Fprintln(&shown)
-			printPendingTo(&shown, list[i])
+			printPendingTo(&shown, v)
 			in := bufio.NewReader(os.Stdin)
 			if rows := terminalRows(); rows > 0 && code == "" {
 				if err := page(os.Stderr, in, shown.String(), rows); err != nil {

@@ -76,7 +76,9 @@ goes to stdout.`,
 			defer c.Close()
 			ctx, cancel := interruptible()
 			defer cancel()
-			res, err := c.Consent(ctx, key, service, consent, proposal, showWaiting)
+			wt := newCountdown()
+			res, err := c.Consent(ctx, key, service, consent, proposal, wt.show)
+			wt.done()
 			if err != nil {
 				return daemonError(err)
 			}

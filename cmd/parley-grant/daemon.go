@@ -34,7 +34,7 @@ func addDaemonCommands(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&socketFlag, "socket", "", "parley-keyd socket (default $"+protocol.SocketEnv+", else "+protocol.DefaultSocket+")")
 	root.PersistentFlags().StringVar(&daemonUserFlag, "daemon-user", "", "the user parley-keyd runs as; a socket served by anyone else but root or you is refused (default $"+protocol.DaemonUserEnv+", else "+protocol.DefaultDaemonUser+")")
 	root.AddCommand(newIssueCmd(), newConsentCmd(), newExplainCmd(), newStatusCmd(),
-		newPendingCmd(), newApproveCmd(), newDenyCmd(), newAuditCmd())
+		newPendingCmd(), newApproveCmd(), newDenyCmd(), newAuditCmd(), newLockCmd(), newUnlockCmd())
 	root.AddCommand(newApproverCmd())
 	root.AddCommand(newMCPCmd(), newGendocsCmd())
 }
@@ -90,6 +90,7 @@ func currentUser() string {
 func permissionHint(path string) string {
 	who := currentUser()
 	group, gid, mode := "parley-agents", uint32(1), os.FileMode(0o660)
+	ownGroup := false
 	if fi, err := os.Stat(path); err == nil {
 		mode = fi.Mode().Perm()
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -98,10 +99,17 @@ func permissionHint(path string) string {
 			if g, err := user.LookupGroupId(group); err == nil {
 				group = g.Name
 			}
+			if u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10)); err == nil && st.Uid != 0 && u.Gid == strconv.FormatUint(uint64(gid), 10) {
+				ownGroup = true
+			}
 		}
 	}
 	join := fmt.Sprintf("sudo usermod -aG %s %s, then log in again (or run: newgrp %s)", group, who, group)
 	switch {
+	case ownGroup:
+		// Never suggest joining the daemon's own group: it can read the
+		// daemon's configuration.
+		return fmt.Sprintf("the socket's group is the daemon's own group %s, which can read its configuration: an admin sets socket_group = \"parley-agents\" in parley-keyd's config.toml (SocketGroup= in parley-keyd.socket under systemd), restarts it, and runs: sudo usermod -aG parley-agents %s, then you log in again", group, who)
 	case gid == 0:
 		// Never suggest joining root's group: the socket needs a group of
 		// its own.
@@ -122,8 +130,14 @@ func daemonError(err error) error {
 		}
 		return err
 	}
-	ee := &exitError{code: exitFail, err: errors.New(e.Message), hint: e.Fix}
+	ee := &exitError{code: exitFail, err: errors.New(e.Message), hint: e.Fix, wire: string(e.Code)}
 	switch e.Code {
+	case protocol.CodeLocked:
+		ee.code = exitLocked
+		if ee.hint == "" {
+			// A waiting request withdrawn by the lock carries no fix.
+			ee.hint = "stop and tell the human; only an approver can lift the lock, with: parley-grant unlock"
+		}
 	case protocol.CodeUnauthorized:
 		ee.code = exitUnauthorized
 	case protocol.CodeForbidden:
@@ -159,16 +173,6 @@ func daemonError(err error) error {
 // Ctrl-C while waiting for approval withdraws the request.
 func interruptible() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-}
-
-// showWaiting prints the match code while a request waits for a human.
-func showWaiting(e protocol.Event) {
-	strong := ""
-	if e.Strong {
-		strong = " (a strong channel is required)"
-	}
-	fmt.Fprintf(os.Stderr, "parley-grant: waiting for approval of %s on %v%s\n", e.Request, e.Channels, strong)
-	fmt.Fprintf(os.Stderr, "parley-grant: match code: %s  (the approver must enter this code)\n", e.Code)
 }
 
 // agentRequest is the common start of issue and explain: the agent key, the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -18,7 +19,12 @@ func newExplainCmd() *cobra.Command {
 		Use:   "explain",
 		Short: "Ask which policy rule would decide an issue request, signing nothing",
 		Long: `explain takes the same flags as issue and asks the daemon which rule would
-decide the request and what it would issue after narrowing. Nothing is signed.`,
+decide the request and what it would issue after narrowing. Nothing is signed.
+
+It exits with the code issue would get for the same request where the
+policy alone decides: 0 when a rule would issue it at once or ask the human
+(whose answer explain cannot know), 4 when the policy refuses it, 10 when
+the daemon is locked.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, cavs, c, err := agentRequest(&cf, keyPath, "explain")
@@ -32,8 +38,16 @@ decide the request and what it would issue after narrowing. Nothing is signed.`,
 			if err != nil {
 				return daemonError(err)
 			}
+			refused := error(nil)
+			if e.Action == "deny" {
+				// The exit code issue would get: forbidden.
+				refused = &exitError{code: exitForbidden, quiet: true, err: errors.New("refused by policy")}
+			}
 			if asJSON {
-				return printJSON(e)
+				if err := printJSON(e); err != nil {
+					return err
+				}
+				return refused
 			}
 			switch e.Action {
 			case "deny":
@@ -60,7 +74,7 @@ decide the request and what it would issue after narrowing. Nothing is signed.`,
 			if e.Action == "deny" {
 				fmt.Fprintln(os.Stderr, "hint: ask for less (a narrower --can, --svc or --exp), or ask the principal to change the policy")
 			}
-			return nil
+			return refused
 		},
 	}
 	cf.register(cmd, false)

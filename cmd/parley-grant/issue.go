@@ -33,7 +33,9 @@ Example:
 			defer c.Close()
 			ctx, cancel := interruptible()
 			defer cancel()
-			res, err := c.Grant(ctx, key, cavs, showWaiting)
+			wt := newCountdown()
+			res, err := c.Grant(ctx, key, cavs, wt.show)
+			wt.done()
 			if err != nil {
 				return daemonError(err)
 			}

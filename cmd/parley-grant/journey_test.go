@@ -260,7 +260,7 @@ func startCLI(t *testing.T, env []string, args ...string) *background {
 	return b
 }
 
-var waitingLine = regexp.MustCompile(`waiting for approval of (r_[a-z0-9]+).*\n.*match code: (\d\d)`)
+var waitingLine = regexp.MustCompile(`waiting for approval of (r_[a-z0-9]+).*; match code: (\d\d)`)
 
 // matchCode waits for the request id and match code on b's stderr.
 func (b *background) matchCode(t *testing.T) (id, code string) {

@@ -29,6 +29,16 @@
 //	7  timed out: no decision in time
 //	8  the daemon is not running or cannot be reached
 //	9  rate limited by the daemon
+//	10 locked: an approver locked the daemon, which refuses every request
+//	   until one unlocks it
+//
+// With --json, a command that fails also prints its error as JSON on
+// stdout, {"error": {"code", "message", "hint"}}, unless it has printed
+// its JSON result already (a verify verdict, an inspect report, an explain
+// that refuses). The code is the daemon's wire code when the daemon
+// refused (docs/protocol.md), else the name of the exit code: failure,
+// usage, unauthorized, forbidden, consent_required, denied, timeout,
+// no_daemon, limit, locked.
 package main
 
 import (
@@ -55,6 +65,7 @@ const (
 	exitTimeout         = 7
 	exitNoDaemon        = 8
 	exitRateLimited     = 9
+	exitLocked          = 10
 )
 
 func main() { os.Exit(run()) }
@@ -71,11 +82,15 @@ func run() (code int) {
 	}()
 	root := newRootCmd()
 	root.SetArgs(os.Args[1:])
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return exitOK
 	}
-	return report(os.Stderr, err)
+	code = report(os.Stderr, err)
+	if wantsJSON(cmd) && !wroteJSON {
+		printJSONError(os.Stdout, err)
+	}
+	return code
 }
 
 // report writes err to stderr, with its hint, and returns its exit code.
@@ -103,7 +118,7 @@ proofs of possession (proof), and computes proposal hashes and Lens text
 
 Stdout carries only the result; messages go to stderr. Exit codes:
 0 ok, 1 failure, 2 usage, 3 unauthorized, 4 forbidden, 5 consent required,
-6 denied, 7 timed out, 8 daemon unreachable, 9 rate limited.`,
+6 denied, 7 timed out, 8 daemon unreachable, 9 rate limited, 10 locked.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       protocol.DaemonVersion,

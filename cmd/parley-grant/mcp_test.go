@@ -466,9 +466,11 @@ func approveFromMessages(t *testing.T, d *testDaemon, s *mcpSession, token strin
 		return false
 	})
 	id, code = m[1], m[2]
-	if !strings.Contains(s.messages(), "request "+id+" on terminal; match code "+code) {
-		t.Errorf("no log message with the code: %s", s.messages())
-	}
+	// The log message is a notification of its own, sent after the
+	// progress one: the client may hand it over later.
+	waitUntil(t, "a log message with the match code", func() bool {
+		return strings.Contains(s.messages(), "request "+id+" on terminal; match code "+code)
+	})
 	human, err := client.Dial(d.sock)
 	if err != nil {
 		t.Fatal(err)

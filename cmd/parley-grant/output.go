@@ -23,6 +23,8 @@ type exitError struct {
 	// quiet means the command has already told the user everything (a
 	// verdict with --json, say): run prints nothing more.
 	quiet bool
+	// wire is the daemon's wire code when the daemon refused, for --json.
+	wire string
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -107,18 +109,65 @@ func infof(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "parley-grant: %s\n", oneLine(fmt.Sprintf(format, args...)))
 }
 
+// wroteJSON is set once a command has printed its JSON result: a failure
+// after it (a refusing verdict, say) adds no error object to stdout.
+var wroteJSON bool
+
 // printJSON writes v to stdout as indented JSON followed by a newline.
 // Unlike json.Marshal's default it leaves <, > and & as they are.
 func printJSON(v any) error {
 	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	if err := encodeJSON(&b, v); err != nil {
 		return fail(fmt.Errorf("encode json: %w", err), "")
 	}
+	wroteJSON = true
 	_, err := os.Stdout.Write(b.Bytes())
 	return err
+}
+
+func encodeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// wantsJSON reports whether cmd was run with --json.
+func wantsJSON(cmd *cobra.Command) bool {
+	if cmd == nil {
+		return false
+	}
+	f := cmd.Flags().Lookup("json")
+	return f != nil && f.Value.String() == "true"
+}
+
+// jsonError is a failure as --json prints it.
+type jsonError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Hint    string `json:"hint"`
+	} `json:"error"`
+}
+
+// exitNames name the exit codes in a JSON error that carries no wire code.
+var exitNames = map[int]string{
+	exitFail: "failure", exitUsage: "usage", exitUnauthorized: "unauthorized", exitForbidden: "forbidden",
+	exitConsentRequired: "consent_required", exitDenied: "denied", exitTimeout: "timeout",
+	exitNoDaemon: "no_daemon", exitRateLimited: "limit", exitLocked: "locked",
+}
+
+// printJSONError writes err to w as {"error": {"code", "message", "hint"}}.
+// The message and the hint are the sentences the text form prints.
+func printJSONError(w io.Writer, err error) {
+	ee := asExitError(err)
+	var je jsonError
+	je.Error.Code = ee.wire
+	if je.Error.Code == "" {
+		je.Error.Code = exitNames[ee.code]
+	}
+	je.Error.Message, je.Error.Hint = ee.Error(), ee.hint
+	encodeJSON(w, je)
 }
 
 // Limits on what commands read. Every input may come from an agent, so

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
@@ -72,8 +74,31 @@ func printPendingTo(w io.Writer, v protocol.PendingView) {
 	if v.Strong {
 		fmt.Fprintln(w, "Only a strong channel may approve it.")
 	}
-	fmt.Fprintf(w, "Approve with: parley-grant approve %s   Deny with: parley-grant deny %s\n", v.ID, v.ID)
+	if slices.Contains(v.Channels, "terminal") {
+		fmt.Fprintf(w, "Approve with: parley-grant approve %s   Deny with: parley-grant deny %s\n", v.ID, v.ID)
+	} else {
+		// Say where it may be approved instead of offering a command
+		// the daemon would refuse.
+		fmt.Fprintf(w, "It may be approved only on %s, not in a terminal.   Deny with: parley-grant deny %s\n", channelWords(v.Channels), v.ID)
+	}
 	if v.Link != "" {
 		fmt.Fprintf(w, "On your phone: %s   As a QR code: parley-grant pending --qr %s\n", v.Link, v.ID)
+	} else if slices.Contains(v.Channels, "phone") && !slices.Contains(v.Channels, "terminal") {
+		fmt.Fprintln(w, "The phone page is off: an admin sets [phone] listen in parley-keyd's configuration and restarts it.")
 	}
+}
+
+// channelWords names approval channels for a sentence: "your paired phone
+// or the desktop notification".
+func channelWords(chans []string) string {
+	words := map[string]string{"phone": "your paired phone", "desktop": "the desktop notification", "terminal": "the terminal"}
+	var out []string
+	for _, c := range chans {
+		if w, ok := words[c]; ok {
+			out = append(out, w)
+		} else {
+			out = append(out, c)
+		}
+	}
+	return strings.Join(out, " or ")
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/grant"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
@@ -44,6 +47,10 @@ func newStatusCmd() *cobra.Command {
 func printStatus(m *protocol.Manifest) {
 	fmt.Printf("parley-keyd %s answers at %s\n", m.Version, protocol.SocketPath(socketFlag))
 	fmt.Printf("principal: %s\n", m.Principal)
+	for _, p := range m.Previous {
+		// A rotation's old key: services trust it until then.
+		fmt.Printf("rotated out, still trusted until %s: %s\n", time.Unix(p.Until, 0).UTC().Format(time.RFC3339), grant.SafeText(p.Key, 60))
+	}
 	who := fmt.Sprintf("you: %s (uid %d) as %s", m.Caller.User, m.Caller.UID, strings.Join(m.Caller.Roles, " and "))
 	if m.Caller.Agent != "" {
 		who += fmt.Sprintf(", agent %q", m.Caller.Agent)
@@ -67,8 +74,39 @@ func printStatus(m *protocol.Manifest) {
 			fmt.Printf("principal key: %s; it does not answer (%s), so grants are refused as unavailable\n", key, k.Problem)
 		}
 	}
-	if m.May != nil {
-		b, _ := json.MarshalIndent(m.May, "  ", "  ")
-		fmt.Printf("what you may ask for:\n  %s\n", b)
+	if l := m.Locked; l != nil {
+		reason := ""
+		if l.Reason != "" {
+			reason = " (" + grant.SafeText(l.Reason, 200) + ")"
+		}
+		fmt.Printf("LOCKED by %s since %s%s: every request is refused until an approver runs: parley-grant unlock\n",
+			grant.SafeText(l.By, 100), time.Unix(l.At, 0).UTC().Format(time.RFC3339), reason)
 	}
+	if rules := mayRules(m.May); len(rules) > 0 {
+		fmt.Println("what you may ask for, rule by rule (the first that covers a request decides):")
+		for _, r := range rules {
+			fmt.Printf("  - rule %q: %s\n", grant.SafeText(r.Rule, 100), grant.SafeText(r.Text, 600))
+		}
+	} else if m.Caller.Agent == "" && slices.Contains(m.Caller.Roles, "agent") {
+		fmt.Println("what you may ask for: nothing; the policy names no agent for you")
+	}
+}
+
+// mayRule is one entry of the manifest's "may": what a policy rule does
+// for this caller. The daemon rendered Text in plain words.
+type mayRule struct {
+	Rule string `json:"rule"`
+	Text string `json:"text"`
+}
+
+func mayRules(may any) []mayRule {
+	raw, err := json.Marshal(may)
+	if err != nil {
+		return nil
+	}
+	var out []mayRule
+	if json.Unmarshal(raw, &out) != nil {
+		return nil
+	}
+	return out
 }

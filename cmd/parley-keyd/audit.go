@@ -58,6 +58,13 @@ that was moved away, after the checkpoint its first record follows.`,
 				return err
 			}
 			o := audit.VerifyOptions{Key: key, Segment: segment || afterFile != ""}
+			if keyArg == "" {
+				// The keys a rotation left behind signed the checkpoints
+				// before the current key's (docs/key-rotation.md).
+				if o.Previous, err = rotatedKeys(filepath.Dir(path), *state); err != nil {
+					return err
+				}
+			}
 			for _, f := range checkpointFiles {
 				cps, err := audit.ReadCheckpoints(f)
 				if err != nil {

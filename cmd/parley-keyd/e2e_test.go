@@ -65,12 +65,12 @@ channels = ["terminal"]
 type ids struct{ uid, gid uint32 }
 
 type e2e struct {
-	t                              *testing.T
-	base, state, sock, bin, agentK string
-	daemon, agent, human, stranger ids
-	proc                           *exec.Cmd
-	stderr                         *syncBuffer
-	exited                         chan error
+	t                                   *testing.T
+	base, state, etc, sock, bin, agentK string
+	daemon, agent, human, stranger      ids
+	proc                                *exec.Cmd
+	stderr                              *syncBuffer
+	exited                              chan error
 }
 
 type syncBuffer struct {
@@ -155,17 +155,20 @@ func newE2E(t *testing.T) *e2e {
 	os.Chown(e.state, int(e.daemon.uid), int(e.daemon.gid))
 	e.sock = filepath.Join(run, "agent.sock")
 	e.agentK = filepath.Join(agentDir, "agent.key")
-	e.as(e.daemon, 0, "parley-keyd", "init", "--state", e.state, "--socket", e.sock,
-		"--agent-user", e2eAgentUser, "--approver-user", e2eHumanUser)
+	// As the README says: root runs init, which writes the configuration
+	// as root and creates the key as the state folder's owner.
+	e.etc = filepath.Join(e.base, "etc")
+	e.as(ids{0, 0}, 0, "parley-keyd", "init", "--state", e.state, "--config-dir", e.etc, "--socket", e.sock,
+		"--socket-group", "", "--agent-user", e2eAgentUser, "--approver-user", e2eHumanUser)
 	// Agents and the human are in no common group here, so the socket is
 	// opened to all; the daemon still checks every peer's uid.
-	cfgPath := filepath.Join(e.state, "config.toml")
+	cfgPath := filepath.Join(e.etc, "config.toml")
 	cfg, err := os.ReadFile(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(cfgPath, bytes.Replace(cfg, []byte(`socket_mode = "0660"`), []byte(`socket_mode = "0666"`), 1), 0o640)
-	e.writeOwned(filepath.Join(e.state, "policy.toml"), e2ePolicy)
+	e.writeOwned(cfgPath, string(bytes.Replace(cfg, []byte(`socket_mode = "0660"`), []byte(`socket_mode = "0666"`), 1)))
+	e.writeOwned(filepath.Join(e.etc, "policy.toml"), e2ePolicy)
 	e.as(e.agent, 0, "parley-grant", "keygen", "--out", e.agentK)
 	return e
 }
@@ -187,11 +190,13 @@ func (e *e2e) onSmallFS(size string) string {
 	return small
 }
 
+// writeOwned writes a configuration file as an admin does: owned by root,
+// readable by the daemon's group.
 func (e *e2e) writeOwned(path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o640); err != nil {
 		e.t.Fatal(err)
 	}
-	os.Chown(path, int(e.daemon.uid), int(e.daemon.gid))
+	os.Chown(path, 0, int(e.daemon.gid))
 }
 
 type result struct {
@@ -211,7 +216,7 @@ func (e *e2e) as(who ids, want int, bin string, args ...string) result {
 
 func (e *e2e) try(who ids, bin string, args ...string) result {
 	cmd := testpeer.RunAs(who.uid, who.gid, nil, filepath.Join(e.bin, bin), args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "USER=x", protocol.SocketEnv + "=" + e.sock, protocol.DaemonUserEnv + "=" + e2eDaemonUser}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "USER=x", protocol.SocketEnv + "=" + e.sock, protocol.DaemonUserEnv + "=" + e2eDaemonUser, "PARLEY_KEYD_CONFIG_DIR=" + e.etc}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -229,7 +234,7 @@ func (e *e2e) try(who ids, bin string, args ...string) result {
 func (e *e2e) start() {
 	e.t.Helper()
 	cmd := testpeer.RunAs(e.daemon.uid, e.daemon.gid, nil, filepath.Join(e.bin, "parley-keyd"), "serve", "--state", e.state)
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "PARLEY_KEYD_CONFIG_DIR=" + e.etc}
 	e.stderr = &syncBuffer{}
 	cmd.Stderr = e.stderr
 	if err := cmd.Start(); err != nil {
@@ -352,7 +357,7 @@ func TestE2EIdentityAndRoles(t *testing.T) {
 	}
 }
 
-var codeLine = regexp.MustCompile(`waiting for approval of (r_[a-z0-9]+).*\n.*match code: (\d\d)`)
+var codeLine = regexp.MustCompile(`waiting for approval of (r_[a-z0-9]+).*; match code: (\d\d)`)
 
 func TestE2EApprovalByAnotherUser(t *testing.T) {
 	e := newE2E(t)
@@ -489,8 +494,13 @@ func TestE2EAuditDiskFull(t *testing.T) {
 func TestE2EReloadAndTerm(t *testing.T) {
 	e := newE2E(t)
 	e.start()
+	// explain exits as issue would: 0 where a rule issues, 4 where one refuses.
 	explain := func() string {
-		return e.as(e.agent, 0, "parley-grant", "explain", "--key", e.agentK, "--svc", "cal.example", "--can", "calendar.find").stdout
+		r := e.try(e.agent, "parley-grant", "explain", "--key", e.agentK, "--svc", "cal.example", "--can", "calendar.find")
+		if want := map[bool]int{true: 4, false: 0}[strings.HasPrefix(r.stdout, "refused")]; r.code != want {
+			t.Fatalf("explain: exit %d, want %d\n%s%s", r.code, want, r.stdout, r.stderr)
+		}
+		return r.stdout
 	}
 	if out := explain(); !strings.Contains(out, `rule "calendar-auto" would issue at once`) {
 		t.Fatalf("explain = %q", out)
@@ -514,7 +524,7 @@ func TestE2EReloadAndTerm(t *testing.T) {
 		}
 	}
 	// An invalid policy changes nothing.
-	e.writeOwned(filepath.Join(e.state, "policy.toml"), "version = 1\n[[rule]]\nbogus = 1\n")
+	e.writeOwned(filepath.Join(e.etc, "policy.toml"), "version = 1\n[[rule]]\nbogus = 1\n")
 	e.proc.Process.Signal(syscall.SIGHUP)
 	waitReload(1)
 	if out := explain(); !strings.Contains(out, "calendar-auto") {
@@ -524,7 +534,7 @@ func TestE2EReloadAndTerm(t *testing.T) {
 		t.Errorf("reload record = %+v", last)
 	}
 	// A valid one is used for the next request.
-	e.writeOwned(filepath.Join(e.state, "policy.toml"), strings.Replace(e2ePolicy,
+	e.writeOwned(filepath.Join(e.etc, "policy.toml"), strings.Replace(e2ePolicy,
 		"action = \"auto\"\nsvc = [\"cal.example\"]\ncan = [\"calendar.*\"]\nmax_exp = \"1h\"",
 		"action = \"deny\"\nsvc = [\"cal.example\"]", 1))
 	e.proc.Process.Signal(syscall.SIGHUP)
@@ -571,8 +581,8 @@ func TestE2EStaleSocket(t *testing.T) {
 	state2 := filepath.Join(e.base, "state2")
 	os.Mkdir(state2, 0o700)
 	os.Chown(state2, int(e.daemon.uid), int(e.daemon.gid))
-	e.as(e.daemon, 0, "parley-keyd", "init", "--state", state2, "--socket", e.sock, "--agent-user", e2eAgentUser)
-	r = e.try(e.daemon, "parley-keyd", "serve", "--state", state2)
+	e.as(e.daemon, 0, "parley-keyd", "init", "--state", state2, "--config-dir", state2, "--socket", e.sock, "--agent-user", e2eAgentUser)
+	r = e.try(e.daemon, "parley-keyd", "serve", "--state", state2, "--config", filepath.Join(state2, "config.toml"))
 	if r.code == 0 || !strings.Contains(r.stderr, "another daemon is already answering") {
 		t.Fatalf("second daemon, same socket: exit %d, %q", r.code, r.stderr)
 	}
@@ -599,25 +609,44 @@ func TestE2EStaleSocket(t *testing.T) {
 	}
 }
 
+// TestE2ESocketActivation runs the daemon as the README installs it where
+// systemd is not PID 1: systemd-socket-activate binds the socket as root and
+// passes it to the daemon, which runs as its own user via setpriv, with a
+// notify socket and a watchdog as Type=notify and WatchdogSec= give it.
 func TestE2ESocketActivation(t *testing.T) {
 	e := newE2E(t)
 	act, err := exec.LookPath("systemd-socket-activate")
 	if err != nil {
 		testpeer.Unavailable(t, "needs systemd-socket-activate (Debian package systemd)")
 	}
-	// systemd-socket-activate binds the socket as root and passes it to the
-	// daemon, which runs as its own user via setpriv, as under systemd.
+	notifyPath := filepath.Join(e.base, "run", "notify.sock")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	os.Chmod(notifyPath, 0o666) // the daemon's user sends to it
 	actSock := filepath.Join(e.base, "run", "activated.sock")
-	cmd := exec.Command(act, "-l", actSock, "--",
+	cmd := exec.Command(act, "-l", actSock, "-E", "NOTIFY_SOCKET="+notifyPath, "-E", "WATCHDOG_USEC=200000", "--",
 		"/usr/bin/setpriv", fmt.Sprintf("--reuid=%d", e.daemon.uid), fmt.Sprintf("--regid=%d", e.daemon.gid), "--clear-groups",
-		filepath.Join(e.bin, "parley-keyd"), "serve", "--state", e.state)
+		filepath.Join(e.bin, "parley-keyd"), "serve", "--state", e.state, "--config", filepath.Join(e.etc, "config.toml"))
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	errb := &syncBuffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		if _, err := os.Stat(actSock); err == nil {
@@ -629,10 +658,29 @@ func TestE2ESocketActivation(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	os.Chmod(actSock, 0o666)
+	// The first connection starts the daemon (Accept=no).
 	r := e.try(e.agent, "parley-grant", "--socket", actSock, "status")
 	if r.code != 0 || !strings.Contains(r.stdout, "principal: ed25519:") {
 		t.Fatalf("status over the activated socket: %+v\n%s", r, errb)
 	}
+	next := func(prefix string) string {
+		t.Helper()
+		buf := make([]byte, 4096)
+		notify.SetReadDeadline(time.Now().Add(15 * time.Second))
+		for {
+			n, err := notify.Read(buf)
+			if err != nil {
+				t.Fatalf("no %s from the daemon: %v\n%s", prefix, err, errb)
+			}
+			if msg := string(buf[:n]); strings.HasPrefix(msg, prefix) {
+				return msg
+			}
+		}
+	}
+	if ready := next("READY=1"); !strings.Contains(ready, "STATUS=serving on "+actSock) {
+		t.Errorf("READY message %q", ready)
+	}
+	next("WATCHDOG=1")
 	// The daemon used the socket it was given, not the configured one.
 	if !strings.Contains(errb.String(), "listening on "+actSock) {
 		t.Errorf("daemon log: %s", errb)
@@ -640,4 +688,87 @@ func TestE2ESocketActivation(t *testing.T) {
 	if _, err := os.Stat(e.sock); err == nil {
 		t.Error("the daemon also created the configured socket")
 	}
+	// systemd-socket-activate and setpriv exec the daemon: same process.
+	cmd.Process.Signal(syscall.SIGTERM)
+	next("STOPPING=1")
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("daemon exit: %v\n%s", waitErr, errb)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the daemon did not stop")
+	}
+}
+
+// TestE2EConfigUnreadable: a configuration the daemon's user cannot read is
+// told apart from a missing one, and following the hint fixes it.
+func TestE2EConfigUnreadable(t *testing.T) {
+	e := newE2E(t)
+	cfg := filepath.Join(e.etc, "config.toml")
+	os.Chown(cfg, 0, 0)
+	os.Chmod(cfg, 0o600)
+	r := e.try(e.daemon, "parley-keyd", "serve", "--state", e.state)
+	u := e2eDaemonUser
+	want := fmt.Sprintf("parley-keyd: cannot read the configuration file %s: permission denied\nhint: it must be readable by user %s: sudo chgrp %s %s && sudo chmod 0640 %s\n", cfg, u, u, cfg, cfg)
+	if r.code != exitFail || !strings.HasSuffix(r.stderr, want) {
+		t.Fatalf("serve with an unreadable configuration: exit %d\n%s\nwant it to end with\n%s", r.code, r.stderr, want)
+	}
+	// Following the hint.
+	if out, err := exec.Command("chgrp", e2eDaemonUser, cfg).CombinedOutput(); err != nil {
+		t.Fatalf("chgrp: %v %s", err, out)
+	}
+	os.Chmod(cfg, 0o640)
+	e.start()
+}
+
+// TestE2EStatusOfAnInstall runs status as the admin does, as root, against
+// a daemon set up as the README says: the daemon's own user owns the state,
+// root the configuration.
+func TestE2EStatusOfAnInstall(t *testing.T) {
+	e := newE2E(t)
+	e.start()
+	r := e.as(ids{0, 0}, 0, "parley-keyd", "status", "--skip", "units", "--state", e.state)
+	for _, want := range []string{
+		"ok    config  " + filepath.Join(e.etc, "config.toml") + ": 1 agent user, 0 agent groups, 1 approver user, 0 approver groups\n",
+		"ok    state   " + e.state + ": mode 0700, the daemon's user is " + e2eDaemonUser + "\n",
+		"ok    key     principal ed25519:",
+		// The e2e socket keeps the daemon's group (the users here share
+		// none), which status flags.
+		"warn  socket  " + e.sock + " belongs to the daemon's own group " + e2eDaemonUser + ": agents added to it to connect could read the configuration\n",
+		// root has no role at the daemon: it answers, and that is all.
+		"ok    socket  " + e.sock + " (group " + e2eDaemonUser + ", mode 0666): a daemon answers (root may not ask it more)\n",
+		"ok    audit   2 records, head ", // the log's first checkpoint and the start
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// As the daemon's own user too.
+	e.as(e.daemon, 0, "parley-keyd", "status", "--skip", "units", "--state", e.state)
+}
+
+// TestE2EStatusAfterRotation: root, to whom the daemon says nothing, is
+// still told that the running daemon signs with a key rotated out, from
+// what the daemon reported at its start.
+func TestE2EStatusAfterRotation(t *testing.T) {
+	e := newE2E(t)
+	e.start()
+	old := strings.TrimSpace(e.as(ids{0, 0}, 0, "parley-keyd", "pubkey", "--state", e.state).stdout)
+	e.as(ids{0, 0}, 0, "parley-keyd", "key", "rotate", "--overlap", "2h", "--state", e.state)
+	// As root, the rotation acted as the state folder's owner.
+	fi, err := os.Stat(filepath.Join(e.state, keystore.KeyFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, _ := ownerOf(fi); uid != e.daemon.uid {
+		t.Errorf("the rotated key belongs to uid %d, not to the daemon's user", uid)
+	}
+	r := e.as(ids{0, 0}, 1, "parley-keyd", "status", "--skip", "units", "--state", e.state)
+	if !strings.Contains(r.stdout, "fail  socket  the daemon on "+e.sock+" reported at its start that it signs as "+old) {
+		t.Errorf("status after a rotation without a restart:\n%s", r.stdout)
+	}
+	e.stop(syscall.SIGTERM)
+	e.start()
+	e.as(ids{0, 0}, 0, "parley-keyd", "status", "--skip", "units", "--state", e.state)
 }

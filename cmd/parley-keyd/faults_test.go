@@ -364,7 +364,7 @@ func TestFaultReloadUnderLoad(t *testing.T) {
 	e.start()
 	agent := e.startAgent("loop", e.agentK)
 	agent.waitLines("50 grants", func(l []string) bool { return countPrefix(l, "grant ") >= 50 })
-	policyPath := filepath.Join(e.state, "policy.toml")
+	policyPath := filepath.Join(e.etc, "policy.toml")
 
 	e.writeOwned(policyPath, "version = 1\n[[rule]]\nbogus = 1\n")
 	e.proc.Process.Signal(syscall.SIGHUP)
@@ -482,7 +482,7 @@ pending = 3
 `, floodPub)
 	pol := strings.Replace(e2ePolicy, "[[agent]]", flooder+"[[agent]]", 1)
 	pol = strings.ReplaceAll(pol, `agents = ["bot"]`, `agents = ["bot", "flooder"]`)
-	e.writeOwned(filepath.Join(e.state, "policy.toml"), pol)
+	e.writeOwned(filepath.Join(e.etc, "policy.toml"), pol)
 	e.start()
 
 	flood := e.startAgent("flood", floodK)

@@ -80,7 +80,8 @@ func TestMakeInstall(t *testing.T) {
 	}
 	unit, _ := os.ReadFile(filepath.Join(dest, "usr/lib/systemd/system/parley-keyd.service"))
 	for _, want := range []string{"User=parley-keyd", "ExecStart=/usr/bin/parley-keyd serve", "NoNewPrivileges=yes",
-		"ProtectSystem=strict", "PrivateTmp=yes", "StateDirectory=parley-keyd", "RuntimeDirectory=parley-keyd", "LimitCORE=0"} {
+		"ProtectSystem=strict", "PrivateTmp=yes", "StateDirectory=parley-keyd", "RuntimeDirectory=parley-keyd", "LimitCORE=0",
+		"Type=notify", "NotifyAccess=main", "WatchdogSec=", "--config /etc/parley-keyd/config.toml"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("service unit lacks %q", want)
 		}

@@ -139,7 +139,7 @@ func (e *e2e) addAgentUsers(names ...string) []ids {
 // editConfig replaces old with new in the daemon's config.toml.
 func (e *e2e) editConfig(old, new string) {
 	e.t.Helper()
-	path := filepath.Join(e.state, "config.toml")
+	path := filepath.Join(e.etc, "config.toml")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		e.t.Fatal(err)

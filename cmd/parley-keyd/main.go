@@ -15,6 +15,9 @@
 //	   edited or reordered; the message names the line)
 //	4  the policy file is invalid: policy check, and serve, which then
 //	   does not start
+//	5  the configuration file is invalid: serve does not start
+//
+// status exits 1 when one of its checks fails, 0 when none does.
 package main
 
 import (
@@ -34,6 +37,7 @@ const (
 	exitUsage  = 2
 	exitAudit  = 3
 	exitPolicy = 4
+	exitConfig = 5
 )
 
 // exitError carries a specific exit code, and optionally a hint line.
@@ -74,6 +78,9 @@ func run(args []string) int {
 
 type usageError struct{ error }
 
+// usage returns err as a usage error (exit code 2) with a hint line.
+func usage(err error, hint string) error { return &exitError{code: exitUsage, err: err, hint: hint} }
+
 // defaultState is the daemon's state folder unless --state or
 // PARLEY_KEYD_STATE says otherwise.
 func defaultState() string {
@@ -107,7 +114,7 @@ Exit codes: 0 ok, 1 failure, 2 usage, 3 the audit log does not verify
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		return &exitError{code: exitUsage, err: errors.New("no command given"), hint: "run parley-keyd --help for the commands"}
 	}
-	root.AddCommand(newInitCmd(), newPubkeyCmd(), newServeCmd(), newAuditCmd(), newPolicyCmd(), newDemoCmd(), newPairCmd(), newDevicesCmd(), newGendocsCmd())
+	root.AddCommand(newInitCmd(), newPubkeyCmd(), newServeCmd(), newStatusCmd(), newKeyCmd(), newAuditCmd(), newPolicyCmd(), newDemoCmd(), newPairCmd(), newDevicesCmd(), newGendocsCmd())
 	argsAreUsage(root)
 	return root
 }

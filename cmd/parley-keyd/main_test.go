@@ -3,79 +3,60 @@ package main
 import (
 	"crypto/ed25519"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/parley-keyd/parley-keyd/internal/clitest"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
-// TestMain lets the test binary run as the real parley-keyd binary inside
-// scripts (testscript puts it on PATH under that name), and after the tests
-// removes the OS users they created (testpeer.Cleanup).
+// TestMain lets the test binary run as the real parley-keyd inside scripts
+// (testscript puts it on PATH under that name), and removes what the tests
+// built, copied or created (clitest.Cleanup, testpeer.Cleanup).
 func TestMain(m *testing.M) {
-	testscript.Main(cleanupM{m}, map[string]func(){
+	testscript.Main(cleanupM{m, func() { clitest.Cleanup(); testpeer.Cleanup() }}, map[string]func(){
 		"parley-keyd": func() { os.Exit(run(os.Args[1:])) },
 	})
 }
 
-// cleanupM runs the tests, then testpeer.Cleanup: testscript.Main exits
-// the process itself, so the cleanup goes inside the run it calls.
-type cleanupM struct{ m *testing.M }
+// cleanupM runs the tests, then the cleanup: testscript.Main exits the
+// process itself, so the cleanup goes inside the run it calls.
+type cleanupM struct {
+	m       *testing.M
+	cleanup func()
+}
 
 func (c cleanupM) Run() int {
-	defer testpeer.Cleanup()
+	defer c.cleanup()
 	return c.m.Run()
 }
 
-// TestScripts runs the CLI scripts in testdata/script against the real
-// binary, with HOME in the script's work folder.
+// TestScripts runs the admin's command lines in testdata/script against the
+// real binaries, with the state folder, the configuration folder and the
+// socket in the script's work folder (internal/clitest), as the model of
+// age's cmd/age/testdata: real files, a real daemon, exact output.
 func TestScripts(t *testing.T) {
+	bin, err := clitest.Build("parley-grant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := clitest.Cmds()
+	cmds["mkaudit"] = cmdMkaudit
+	cmds["dropline"] = cmdDropline
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
-		Setup: func(env *testscript.Env) error {
-			env.Setenv("HOME", env.WorkDir+"/home")
-			env.Setenv("PARLEY_KEYD_STATE", env.WorkDir+"/state")
-			return nil
-		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"rc":       cmdRC,
-			"mkaudit":  cmdMkaudit,
-			"dropline": cmdDropline,
-		},
+		UpdateScripts:       *updateScripts, // -update, audit_test.go
+		Setup:               func(env *testscript.Env) error { return clitest.Setup(env, bin) },
+		Cmds:                cmds,
+		Condition:           clitest.Condition,
 	})
-}
-
-// cmdRC runs a program and checks its exit code: rc CODE PROG [ARGS...].
-// Its stdout and stderr are then checked like those of exec.
-func cmdRC(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 {
-		ts.Fatalf("usage: rc CODE PROG [ARGS...]")
-	}
-	want, err := strconv.Atoi(args[0])
-	if err != nil {
-		ts.Fatalf("rc: bad code %q", args[0])
-	}
-	err = ts.Exec(args[1], args[2:]...)
-	got := 0
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		got = ee.ExitCode()
-	case err != nil:
-		ts.Fatalf("rc: %v", err)
-	}
-	if got != want {
-		ts.Fatalf("exit code %d, want %d", got, want)
-	}
 }
 
 // cmdMkaudit writes an audit log of N records, as the daemon writes them,
@@ -112,3 +93,6 @@ func cmdDropline(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	ts.Check(os.WriteFile(ts.MkAbs(args[0]), []byte(strings.Join(slices.Delete(lines, n-1, n), "")), 0o600))
 }
+
+// cmdRC is clitest's rc, for the scripts of testdata/audit.
+var cmdRC = clitest.Cmds()["rc"]

@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/notify/phone"
 
-	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/notify"
 	"github.com/spf13/cobra"
 )
@@ -41,12 +39,9 @@ shows before accepting the certificate there.
 Run it as the daemon's user or as root.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if config == "" {
-				config = filepath.Join(state, "config.toml")
-			}
-			cfg, err := keyd.LoadConfig(config)
+			cfg, err := loadConfig(config, state)
 			if err != nil {
-				return withHint(fmt.Errorf("configuration: %w", err), "create one with: parley-keyd init --state "+state)
+				return err
 			}
 			base := cfg.PhoneURL()
 			if base == "" {
@@ -91,7 +86,7 @@ Run it as the daemon's user or as root.`,
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", defaultState(), "state folder (certificate, paired devices)")
-	cmd.Flags().StringVar(&config, "config", "", "configuration file (default STATE/config.toml)")
+	cmd.Flags().StringVar(&config, "config", defaultConfig(), "configuration file; $PARLEY_KEYD_CONFIG_DIR/config.toml")
 	cmd.Flags().StringVar(&name, "name", "", "name of the phone (default phone-N)")
 	cmd.Flags().DurationVar(&ttl, "ttl", phone.DefaultPairingTTL, "how long the link works")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "do not wait for the phone; confirm later with devices confirm")

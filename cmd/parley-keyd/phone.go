@@ -17,7 +17,9 @@ func startPhone(srv *keyd.Server, cfg *keyd.Config, state string, logf func(stri
 	if base == "" {
 		return func() {}, nil
 	}
-	p, err := phone.Start(phone.Options{Requests: srv, Listen: cfg.Phone.Listen, URL: base, State: state, Logf: logf})
+	p, err := phone.Start(phone.Options{Requests: srv, Listen: cfg.Phone.Listen, URL: base, State: state, Logf: logf,
+		// The Stop button locks the daemon, as a LOCK from the device.
+		Stop: srv.Stop})
 	if err != nil {
 		return nil, err
 	}

@@ -29,11 +29,11 @@ import (
 func TestCLIPhone(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	sock := filepath.Join(state, "agent.sock")
-	if r := keydCmd(t, "init", "--state", state, "--socket", sock, "--agent-user", "root", "--approver-user", "root"); r.code != 0 {
+	if r := keydCmd(t, "init", "--state", state, "--config-dir", state, "--socket", sock, "--agent-user", "root", "--approver-user", "root"); r.code != 0 {
 		t.Fatalf("init: %+v", r)
 	}
 	// The phone page is off by default.
-	if r := keydCmd(t, "pair", "--state", state); r.code != exitFail || !strings.Contains(r.stderr, "the phone page is off") || !strings.Contains(r.stderr, "hint: set listen") {
+	if r := keydCmd(t, "pair", "--state", state, "--config", filepath.Join(state, "config.toml")); r.code != exitFail || !strings.Contains(r.stderr, "the phone page is off") || !strings.Contains(r.stderr, "hint: set listen") {
 		t.Errorf("pair with the page off: %+v", r)
 	}
 
@@ -52,7 +52,7 @@ func TestCLIPhone(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := keydCmd(t, "pair", "--state", state, "--name", "pixel", "--ttl", "5m", "--no-wait")
+	r := keydCmd(t, "pair", "--state", state, "--config", filepath.Join(state, "config.toml"), "--name", "pixel", "--ttl", "5m", "--no-wait")
 	if r.code != 0 {
 		t.Fatalf("pair: %+v", r)
 	}
@@ -80,7 +80,7 @@ func TestCLIPhone(t *testing.T) {
 	if !strings.Contains(r.stderr, `pair it as "pixel"`) {
 		t.Errorf("pair's stderr: %s", r.stderr)
 	}
-	if again := keydCmd(t, "pair", "--state", state, "--name", "pixel"); again.code != exitFail || !strings.Contains(again.stderr, "already uses that name") {
+	if again := keydCmd(t, "pair", "--state", state, "--config", filepath.Join(state, "config.toml"), "--name", "pixel"); again.code != exitFail || !strings.Contains(again.stderr, "already uses that name") {
 		t.Errorf("second pair named pixel: %+v", again)
 	}
 	if l := keydCmd(t, "devices", "--state", state); l.code != 0 || l.stdout != "" || !strings.Contains(l.stderr, `a pairing link for "pixel" is waiting`) {
@@ -89,7 +89,7 @@ func TestCLIPhone(t *testing.T) {
 
 	// The daemon, with the phone page on.
 	var logb syncBuffer
-	cmd := exec.Command(filepath.Join(binaries(t), "parley-keyd"), "serve", "--state", state)
+	cmd := exec.Command(filepath.Join(binaries(t), "parley-keyd"), "serve", "--state", state, "--config", filepath.Join(state, "config.toml"))
 	cmd.Stdout, cmd.Stderr = &logb, &logb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func TestCLIPhone(t *testing.T) {
 // phone, then asks for the code the phone shows; a wrong code unpairs.
 func TestCLIPairWaitsForTheCode(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
-	keydCmd(t, "init", "--state", state, "--socket", filepath.Join(state, "s.sock"), "--agent-user", "bot")
+	keydCmd(t, "init", "--state", state, "--config-dir", state, "--socket", filepath.Join(state, "s.sock"), "--agent-user", "nobody")
 	cfgPath := filepath.Join(state, "config.toml")
 	cfg, _ := os.ReadFile(cfgPath)
 	os.WriteFile(cfgPath, bytes.Replace(cfg, []byte(`listen = ""`), []byte(`listen = "192.0.2.1:7450"`), 1), 0o640)
@@ -193,7 +193,7 @@ func TestCLIPairWaitsForTheCode(t *testing.T) {
 	}{{"ok/right-code", "", true}, {"fail/wrong-code", "0000", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			device := strings.ReplaceAll(tc.name, "/", "-")
-			cmd := exec.Command(filepath.Join(binaries(t), "parley-keyd"), "pair", "--state", state, "--name", device)
+			cmd := exec.Command(filepath.Join(binaries(t), "parley-keyd"), "pair", "--state", state, "--config", filepath.Join(state, "config.toml"), "--name", device)
 			stdin, _ := cmd.StdinPipe()
 			var out, errb syncBuffer
 			cmd.Stdout, cmd.Stderr = &out, &errb

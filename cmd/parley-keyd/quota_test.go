@@ -64,7 +64,7 @@ rate = 100000
 pending = 8`, `user = ["`+e2eAgentUser+`", "`+secondUser+`"]
 rate = 2
 pending = 1`, 1)
-	e.writeOwned(filepath.Join(e.state, "policy.toml"), pol)
+	e.writeOwned(filepath.Join(e.etc, "policy.toml"), pol)
 	e.start()
 
 	auto := []string{"--svc", "cal.example", "--can", "calendar.*", "--exp", "30m"}

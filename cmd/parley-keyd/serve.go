@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -15,6 +15,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/internal/journal"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/spf13/cobra"
@@ -31,14 +32,11 @@ socket activation. SIGHUP reloads the configuration and the policy (an invalid
 file leaves the old one in force); SIGTERM answers waiting requests and exits.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if config == "" {
-				config = filepath.Join(state, "config.toml")
-			}
 			return serve(state, config, socket, passFile)
 		},
 	}
-	cmd.Flags().StringVar(&state, "state", defaultState(), "state folder (key, audit log)")
-	cmd.Flags().StringVar(&config, "config", "", "configuration file (default STATE/config.toml)")
+	cmd.Flags().StringVar(&state, "state", defaultState(), "state folder (key, audit log); $PARLEY_KEYD_STATE")
+	cmd.Flags().StringVar(&config, "config", defaultConfig(), "configuration file; $PARLEY_KEYD_CONFIG_DIR/config.toml")
 	cmd.Flags().StringVar(&socket, "socket", "", "socket path, overriding the configuration")
 	cmd.Flags().StringVar(&passFile, "passphrase-file", os.Getenv("PARLEY_KEYD_PASSPHRASE_FILE"), "file holding the key's passphrase (else asked on the terminal)")
 	return cmd
@@ -65,9 +63,9 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	}
 	logger.Printf("%s", rep)
 
-	cfg, err := keyd.LoadConfig(configPath)
+	cfg, err := loadConfig(configPath, state)
 	if err != nil {
-		return withHint(fmt.Errorf("configuration: %w", err), "create one with: parley-keyd init --state "+state)
+		return err
 	}
 	if socketFlag != "" {
 		cfg.Socket = socketFlag
@@ -81,39 +79,44 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	}
 	defer signer.Close()
 
+	previous, err := previousKeys(state)
+	if err != nil {
+		return err
+	}
+	// The audit log's checkpoints before a rotation are the old keys'.
+	rotated, err := rotatedKeys(state)
+	if err != nil {
+		return err
+	}
 	// The audit log writes every record and checkpoint to the journal and
 	// preallocates 16 KiB ahead (docs/audit.md); it signs its checkpoints
 	// with the signer. Witnesses, segments and retention are the
 	// configuration's to add.
-	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, SignerInfo: signer.Describe().String(), Logf: jl.Printf,
-		AuditOptions: audit.Options{Journal: jl, Preallocate: 16 << 10}})
+	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, SignerInfo: signer.Describe().String(), Previous: previous, Logf: jl.Printf,
+		AuditOptions: audit.Options{Journal: jl, Preallocate: 16 << 10, Previous: rotated}})
 	var pe *keyd.PolicyError
 	switch {
 	case errors.As(err, &pe):
-		return &exitError{code: exitPolicy, err: err, hint: "check it with: parley-keyd policy check " + pe.Path}
+		return &exitError{code: exitPolicy, err: err, hint: policyHint(pe, configPath, state)}
 	case errors.Is(err, audit.ErrInUse):
 		return withHint(err, "another parley-keyd already runs on "+state+"; stop it first")
 	case err != nil:
 		return withHint(fmt.Errorf("audit log: %w", err), "check it with: parley-keyd audit verify --state "+state)
 	}
-	// The chain head goes to the journal at start and stop: a record cut from
-	// the end of the log is found by comparing with it (docs/audit.md).
-	alog := d.AuditLog()
-	head := alog.Head()
-	logger.Printf("audit log %s: %d records, head %s", alog.Path(), head.Seq, head.Hash)
-	defer func() {
-		head := alog.Head()
-		logger.Printf("audit log at stop: %d records, head %s", head.Seq, head.Hash)
-	}()
-
+	// The chain head goes to the journal and to STATE/audit.head at start
+	// and stop (Daemon.Run): a record cut from the end of the log is found
+	// by comparing with it (docs/audit.md, parley-keyd status).
 	ln, err := d.Listen()
 	var inUse *keyd.InUseError
+	var sg *keyd.SocketGroupError
 	var dirErr *keyd.SocketDirError
 	switch {
 	case errors.As(err, &inUse):
 		return withHint(err, "stop it first, or use another --socket")
 	case errors.As(err, &dirErr):
 		return withHint(err, dirErr.Fix())
+	case errors.As(err, &sg):
+		return withHint(err, fmt.Sprintf("the daemon's %s must be a member of that group (sudo usermod -aG %s %s), or an admin changes socket_group in %s", whoAmI(), sg.Group, currentUserName(), configPath))
 	}
 	if err != nil {
 		return err
@@ -158,4 +161,21 @@ type journalWriter struct{ l *journal.Logger }
 func (w journalWriter) Write(p []byte) (int, error) {
 	w.l.Send(journal.Entry{Priority: journal.Info, Message: strings.TrimSuffix(string(p), "\n")})
 	return len(p), nil
+}
+
+// previousKeys reads the keys rotated out, for HELLO to publish. A damaged
+// list stops the start: services would be told less than they must trust.
+func previousKeys(state string) ([]protocol.PreviousKey, error) {
+	prev, err := keystore.Previous(state)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, withHint(err, "the file lists the keys rotated out as \"ed25519:… until TIME\" lines (docs/key-rotation.md)")
+	}
+	out := make([]protocol.PreviousKey, len(prev))
+	for i, p := range prev {
+		out[i] = protocol.PreviousKey{Key: p.Key, Until: p.Until.Unix()}
+	}
+	return out, nil
 }

@@ -58,8 +58,10 @@ type backendRun struct {
 
 func newBackendRun(t *testing.T) *backendRun {
 	dir := t.TempDir()
-	return &backendRun{t: t, dir: dir, state: filepath.Join(dir, "state"), sock: filepath.Join(dir, "s.sock"),
-		env: []string{"PATH=/usr/bin:/bin", "HOME=" + dir}}
+	state := filepath.Join(dir, "state")
+	// The configuration lives next to the key here, not in /etc.
+	return &backendRun{t: t, dir: dir, state: state, sock: filepath.Join(dir, "s.sock"),
+		env: []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "PARLEY_KEYD_CONFIG_DIR=" + state}}
 }
 
 // keyd runs parley-keyd with the run's environment and wants exit code 0

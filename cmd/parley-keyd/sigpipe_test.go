@@ -19,7 +19,7 @@ import (
 func (e *e2e) startStderr(w *os.File) {
 	e.t.Helper()
 	cmd := testpeer.RunAs(e.daemon.uid, e.daemon.gid, nil, filepath.Join(e.bin, "parley-keyd"), "serve", "--state", e.state)
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "PARLEY_KEYD_CONFIG_DIR=" + e.etc}
 	cmd.Stderr = w
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -38,6 +38,7 @@ func (e *e2e) startStderr(w *os.File) {
 	for {
 		select {
 		case err := <-e.exited:
+			e.proc = nil // reaped: the cleanup must not wait for it again
 			e.t.Fatalf("daemon exited: %v", err)
 		default:
 		}

@@ -30,7 +30,7 @@ func TestLimitsSocketFolder(t *testing.T) {
 			os.Chown(dir, int(e.daemon.uid), int(e.daemon.gid))
 			os.Chmod(dir, tc.mode)
 			sock := filepath.Join(dir, "agent.sock")
-			cmd := testpeer.RunAs(e.daemon.uid, e.daemon.gid, nil, filepath.Join(e.bin, "parley-keyd"), "serve", "--state", e.state, "--socket", sock)
+			cmd := testpeer.RunAs(e.daemon.uid, e.daemon.gid, nil, filepath.Join(e.bin, "parley-keyd"), "serve", "--state", e.state, "--config", filepath.Join(e.etc, "config.toml"), "--socket", sock)
 			cmd.Env = []string{"PATH=/usr/bin:/bin"}
 			errb := &syncBuffer{}
 			cmd.Stderr = errb

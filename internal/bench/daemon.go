@@ -69,7 +69,7 @@ func initState(bin, dir string) (state, sock string, err error) {
 	if err := os.Mkdir(state, 0o700); err != nil {
 		return "", "", err
 	}
-	out, err := exec.Command(bin, "init", "--state", state, "--socket", sock, "--agent-user", u.Username).CombinedOutput()
+	out, err := exec.Command(bin, "init", "--state", state, "--config-dir", state, "--socket", sock, "--agent-user", u.Username).CombinedOutput()
 	if err != nil {
 		return "", "", fmt.Errorf("parley-keyd init: %v: %s", err, out)
 	}
@@ -83,7 +83,7 @@ func initState(bin, dir string) (state, sock string, err error) {
 // HELLO, with the time from exec to that answer.
 func startDaemon(bin, state, sock string) (*daemon, time.Duration, error) {
 	d := &daemon{bin: bin, state: state, sock: sock, exited: make(chan error, 1)}
-	d.cmd = exec.Command(bin, "serve", "--state", state)
+	d.cmd = exec.Command(bin, "serve", "--state", state, "--config", filepath.Join(state, "config.toml"))
 	d.cmd.Stderr = &d.stderr
 	d.cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	t0 := time.Now()

@@ -109,7 +109,7 @@ func measureSigner(o options, bin, dir, agent string, b signerBackend, table str
 		return signerRow{}, err
 	}
 	env = append([]string{"PATH=/usr/bin:/bin"}, env...)
-	args := []string{"init", "--state", state}
+	args := []string{"init", "--state", state, "--config-dir", state}
 	if table != "" {
 		cfg := keyd.DefaultConfig(sock, agent, "") + table
 		if err := os.WriteFile(filepath.Join(state, "config.toml"), []byte(cfg), 0o640); err != nil {
@@ -153,7 +153,7 @@ func measureSigner(o options, bin, dir, agent string, b signerBackend, table str
 // answered a HELLO.
 func startDaemonEnv(bin, state, sock string, env []string) (*daemon, error) {
 	d := &daemon{bin: bin, state: state, sock: sock, exited: make(chan error, 1)}
-	d.cmd = exec.Command(bin, "serve", "--state", state)
+	d.cmd = exec.Command(bin, "serve", "--state", state, "--config", filepath.Join(state, "config.toml"))
 	d.cmd.Stderr = &d.stderr
 	d.cmd.Env = env
 	if err := d.cmd.Start(); err != nil {

@@ -53,6 +53,10 @@ type Options struct {
 	// (see Checkpoint). Without a Signer there are no checkpoints, no
 	// segments and no Reopen, and Open reads the whole log.
 	Signer crypto.Signer
+	// Previous are principal keys rotated out, oldest first: the log's
+	// checkpoints before the first one Signer makes may be theirs
+	// (rotation.go). New checkpoints are always Signer's.
+	Previous []ed25519.PublicKey
 	// Witnesses receive every checkpoint once it is durable in the log, in
 	// order, the latest first when they fall behind. Those that can read
 	// back (WitnessReader) are compared with the log when it is opened.
@@ -527,7 +531,7 @@ func (l *Log) load(created bool) (*openState, error) {
 		// checkpoint would make its next start refuse the log.
 		return nil, fmt.Errorf("audit log %s has signed checkpoints: only a writer with its signer may append to it", l.path)
 	}
-	v := verifier{file: filepath.Base(l.path), checkpoints: l.pub != nil, key: l.pub, anyStart: true}
+	v := verifier{file: filepath.Base(l.path), checkpoints: l.pub != nil, key: l.pub, anyStart: true, previous: l.o.Previous}
 	v.seen = func(seq uint64, hash string, _ []byte) {
 		if st.tailFrom == 0 {
 			st.tailFrom = seq
@@ -608,7 +612,7 @@ func (l *Log) findLastCheckpoint(size int64, v *verifier) (int64, error) {
 		return 0, &Error{File: l.path, Reason: "the last checkpoint record does not parse"}
 	}
 	cp := rec.Checkpoint
-	if err := cp.Verify(l.pub); err != nil {
+	if err := verifyAnyKey(cp, l.pub, l.o.Previous); err != nil {
 		return 0, &Error{File: l.path, Seq: rec.Seq, Reason: fmt.Sprintf("the last checkpoint: %v (a log signed by another key, or forged)", err)}
 	}
 	if k > 0 {

@@ -36,13 +36,15 @@ const (
 	// KindCheckpoint holds a signed checkpoint (see Checkpoint). Only the
 	// log writes it.
 	KindCheckpoint = "checkpoint"
+	KindLock       = "lock"   // an approver locked the daemon: every request is refused
+	KindUnlock     = "unlock" // an approver lifted the lock
 )
 
 // kinds are the kinds a caller may append.
 var kinds = map[string]bool{
 	KindIssue: true, KindConsent: true, KindDeny: true, KindTimeout: true,
 	KindWithdrawn: true, KindError: true, KindPolicyReload: true,
-	KindStart: true, KindStop: true, KindRequest: true, KindDecide: true,
+	KindStart: true, KindStop: true, KindRequest: true, KindDecide: true, KindLock: true, KindUnlock: true,
 }
 
 // Record is one line of the audit log. Seq, Prev and Time are filled in

@@ -27,6 +27,8 @@ type verifier struct {
 	checkpoints bool
 	key         ed25519.PublicKey // nil: the key the first checkpoint names
 	keyPinned   bool
+	previous    []ed25519.PublicKey // keys rotated out, oldest first (rotation.go)
+	keyAt       int                 // index in previous of the last key used; len(previous): key
 	logID       string
 	lastCP      *Checkpoint
 	cpCount     int
@@ -163,7 +165,7 @@ func (v *verifier) checkpoint(line []byte, rec *Record) error {
 	if cp == nil {
 		return v.errorf("checkpoint record without a checkpoint")
 	}
-	if err := cp.Verify(v.key); err != nil {
+	if err := v.verifyCheckpoint(cp); err != nil {
 		return v.errorf("%v", err)
 	}
 	if v.key == nil {
@@ -250,6 +252,9 @@ type VerifyOptions struct {
 	// under the key the first checkpoint names and says so in the report:
 	// that proves the checkpoints consistent, not who made them.
 	Key ed25519.PublicKey
+	// Previous are principal keys rotated out, oldest first, which may have
+	// signed the checkpoints before Key's first (rotation.go). Only with Key.
+	Previous []ed25519.PublicKey
 	// Checkpoints were kept elsewhere (a witness, the journal, an
 	// approver). Each must be of this log and match it: a record at its
 	// seq with its hash. One with a seq beyond the log's last record means
@@ -330,17 +335,20 @@ func Verify(path string, o VerifyOptions) (*Report, error) {
 	rep := &Report{Files: files}
 	want := map[uint64][]*Checkpoint{}
 	for _, cp := range o.Checkpoints {
-		if err := cp.Verify(o.Key); err != nil {
+		if err := verifyAnyKey(cp, o.Key, o.Previous); err != nil {
 			return nil, fmt.Errorf("checkpoint of seq %d kept elsewhere: %w", cp.Seq, err)
 		}
 		want[cp.Seq] = append(want[cp.Seq], cp)
 	}
 	if o.After != nil {
-		if err := o.After.Verify(o.Key); err != nil {
+		if err := verifyAnyKey(o.After, o.Key, o.Previous); err != nil {
 			return nil, fmt.Errorf("checkpoint given with --after: %w", err)
 		}
 	}
 	v := verifier{checkpoints: true, key: o.Key, keyPinned: o.Key != nil, anyStart: true}
+	if o.Key != nil {
+		v.previous = o.Previous
+	}
 	var mismatch error
 	v.seen = func(seq uint64, hash string, line []byte) {
 		if rep.Records == 0 {

@@ -298,7 +298,7 @@ func (l *Log) checkWitnesses(st *openState) error {
 		refuse := func(format string, args ...any) error {
 			return fmt.Errorf("audit log %s contradicts witness %s: %s (keep both for investigation; run parley-keyd audit verify --checkpoint)", l.path, wt, fmt.Sprintf(format, args...))
 		}
-		if err := cp.Verify(l.pub); err != nil {
+		if err := verifyAnyKey(cp, l.pub, l.o.Previous); err != nil {
 			return refuse("its latest checkpoint does not verify: %v", err)
 		}
 		switch {

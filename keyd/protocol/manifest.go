@@ -20,6 +20,20 @@ type Manifest struct {
 	// Key is where the principal key lives and whether it answers; only
 	// approvers are told.
 	Key *ManifestKey `json:"key,omitempty"`
+	// Previous lists principal keys rotated out that services should still
+	// trust until their time: grants they signed live until then at most.
+	Previous []PreviousKey `json:"previous,omitempty"`
+	// Locked is present while an approver has locked the daemon: every
+	// GRANT, CONSENT and EXPLAIN is refused with "locked" until UNLOCK.
+	Locked *LockView `json:"locked,omitempty"`
+}
+
+// LockView says who locked the daemon, how, when and why.
+type LockView struct {
+	By      string `json:"by"`
+	Channel string `json:"channel"`
+	Reason  string `json:"reason,omitempty"`
+	At      int64  `json:"at"` // unix seconds
 }
 
 // ManifestKey describes the signer of the principal key for an approver:
@@ -69,4 +83,11 @@ type ManifestVerb struct {
 	Role    string            `json:"role"`
 	Summary string            `json:"summary"`
 	Params  map[string]string `json:"params,omitempty"`
+}
+
+// PreviousKey is a principal key rotated out, trusted until Until (unix
+// seconds).
+type PreviousKey struct {
+	Key   string `json:"key"`
+	Until int64  `json:"until"`
 }

@@ -31,6 +31,8 @@ const (
 	VerbDeny    = "DENY"
 	VerbWatch   = "WATCH"
 	VerbAudit   = "AUDIT"
+	VerbLock    = "LOCK"
+	VerbUnlock  = "UNLOCK"
 )
 
 // Reply kinds.
@@ -62,6 +64,7 @@ const (
 	CodeLimit         Code = "limit"                       // rate or pending limit reached; see retry
 	CodeUnavailable   Code = "unavailable"                 // audit log not writable, shutting down
 	CodeInternal      Code = "internal"                    // a bug: the detail is in the audit log
+	CodeLocked        Code = "locked"                      // an approver locked the daemon: every request is refused until unlock
 )
 
 // Error is a refusal as it crosses the socket: a stable code, one sentence,
@@ -109,6 +112,7 @@ type Frame struct {
 	Match    string          `json:"match,omitempty"`    // APPROVE: the match code the human confirmed
 	Channel  string          `json:"channel,omitempty"`  // APPROVE, DENY: "terminal" (default) or "desktop"
 	Audit    *AuditQuery     `json:"audit,omitempty"`    // AUDIT: which records
+	Reason   string          `json:"reason,omitempty"`   // LOCK: why, for the audit log
 
 	// Reply fields.
 	Code    Code            `json:"code,omitempty"` // ERROR

@@ -46,6 +46,10 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Stop, when set, puts a Stop button on the page: a paired device
+	// that presses it calls Stop with its name, which locks the daemon
+	// (every request refused until an approver unlocks it).
+	Stop func(device string) error
 }
 
 // Phone is the phone page: an HTTPS server on a LAN address where a paired
@@ -70,6 +74,7 @@ type Page struct {
 	now     func() time.Time
 	tmpl    *template.Template
 	isLocal func(net.IP) bool
+	stop    func(device string) error
 
 	mu     sync.Mutex
 	tokens map[string]pageToken // by hash of the token
@@ -137,6 +142,7 @@ func New(o Options) (*Page, error) {
 		now:     o.Now,
 		isLocal: localAddress,
 		tokens:  map[string]pageToken{},
+		stop:    o.Stop,
 	}
 	if p.logf == nil {
 		p.logf = func(string, ...any) {}
@@ -343,6 +349,7 @@ func (p *Page) Handler() http.Handler {
 	mux.HandleFunc("POST /pair", p.pair)
 	mux.HandleFunc("GET /r/{id}", p.requestPage)
 	mux.HandleFunc("POST /r/{id}/decide", p.decide)
+	mux.HandleFunc("POST /stop", p.stopPressed)
 	mux.HandleFunc("GET /static/phone.css", func(w http.ResponseWriter, r *http.Request) {
 		b, _ := phoneFiles.ReadFile("templates/phone.css")
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
@@ -388,6 +395,7 @@ type page struct {
 	View      protocol.PendingView
 	Remaining string
 	Requests  []protocol.PendingView
+	StopToken string // the Stop button's one-time token; "" shows no button
 }
 
 func (p *Page) render(w http.ResponseWriter, status int, name string, pg page) {
@@ -456,7 +464,8 @@ func (p *Page) index(w http.ResponseWriter, r *http.Request) {
 		p.notPaired(w)
 		return
 	}
-	p.render(w, http.StatusOK, "index", page{Heading: "Waiting requests", Device: dev.Name, Requests: p.phoneRequests()})
+	p.render(w, http.StatusOK, "index", page{Heading: "Waiting requests", Device: dev.Name, Requests: p.phoneRequests(),
+		StopToken: p.stopToken(dev.ID)})
 }
 
 // pairPage shows what opening a pairing link does, with a button that
@@ -536,7 +545,7 @@ func (p *Page) requestPage(w http.ResponseWriter, r *http.Request) {
 	now := p.now()
 	token := p.issueToken(dev.ID, v.ID, now, time.Unix(v.Expires, 0))
 	p.render(w, http.StatusOK, "request", page{Heading: v.Title, Device: dev.Name, View: v, Token: token,
-		Remaining: remaining(time.Unix(v.Expires, 0).Sub(now))})
+		Remaining: remaining(time.Unix(v.Expires, 0).Sub(now)), StopToken: p.stopToken(dev.ID)})
 }
 
 func remaining(d time.Duration) string {

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+
+	"github.com/parley-keyd/parley-keyd/keyd"
+	"golang.org/x/sys/unix"
+)
+
+// Where things live. When installed, the configuration and the policy are
+// in /etc/parley-keyd (owned by root, readable by the daemon's group) and
+// nowhere else; the state (key, audit log, lock, paired phones) is in
+// /var/lib/parley-keyd, owned by the daemon's user alone. Every command
+// finds both the same way: a flag, else an environment variable, else the
+// installed place.
+
+// defaultConfigDir is the configuration folder unless --config-dir,
+// --config or PARLEY_KEYD_CONFIG_DIR says otherwise.
+func defaultConfigDir() string {
+	if d := os.Getenv("PARLEY_KEYD_CONFIG_DIR"); d != "" {
+		return d
+	}
+	return "/etc/parley-keyd"
+}
+
+// defaultConfig is the configuration file of the default folder.
+func defaultConfig() string { return filepath.Join(defaultConfigDir(), "config.toml") }
+
+// initCommand is the init command line that makes what is missing for the
+// configuration file config and the state folder state.
+func initCommand(config, state string) string {
+	c := "parley-keyd init"
+	if os.Geteuid() != 0 && !writable(filepath.Dir(config)) {
+		c = "sudo " + c
+	}
+	if state != "/var/lib/parley-keyd" {
+		c += " --state " + state
+	}
+	if d := filepath.Dir(config); d != "/etc/parley-keyd" {
+		c += " --config-dir " + d
+	}
+	return c
+}
+
+// writable reports whether this process may create files in dir, or dir's
+// parent when dir does not exist yet.
+func writable(dir string) bool {
+	for {
+		err := unix.Access(dir, unix.W_OK)
+		if err == nil {
+			return true
+		}
+		if !errors.Is(err, fs.ErrNotExist) || filepath.Dir(dir) == dir {
+			return false
+		}
+		dir = filepath.Dir(dir)
+	}
+}
+
+// loadConfig reads the configuration file for serve, pair and status. Each
+// way it can fail has its own message and a hint that leads somewhere that
+// works: a missing file is made by init (which keeps an existing key), an
+// unreadable one needs its group, a broken one names its line.
+func loadConfig(path, state string) (*keyd.Config, error) {
+	cfg, err := keyd.LoadConfig(path)
+	switch {
+	case err == nil:
+		return cfg, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, withHint(fmt.Errorf("the configuration file %s does not exist", path),
+			"create it with: "+initCommand(path, state)+" (it keeps an existing key and existing files)")
+	case errors.Is(err, fs.ErrPermission):
+		return nil, withHint(fmt.Errorf("cannot read the configuration file %s: permission denied", path),
+			fmt.Sprintf("it must be readable by %s: sudo chgrp %s %s && sudo chmod 0640 %s", whoAmI(), myGroup(), path, path))
+	case errors.As(err, new(*fs.PathError)):
+		return nil, withHint(fmt.Errorf("cannot read the configuration file: %w", err), "")
+	}
+	return nil, &exitError{code: exitConfig, err: fmt.Errorf("the configuration is invalid: %w", err),
+		hint: "fix that line; the comments init writes and docs/admin.md list every key; parley-keyd status checks the whole set-up"}
+}
+
+func whoAmI() string {
+	if u, err := user.Current(); err == nil {
+		return "user " + u.Username
+	}
+	return "uid " + strconv.Itoa(os.Getuid())
+}
+
+func currentUserName() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(os.Getuid())
+}
+
+// myGroup names this process's primary group, which the daemon's own
+// group is when it runs as its own user.
+func myGroup() string {
+	gid := strconv.Itoa(os.Getgid())
+	if g, err := user.LookupGroupId(gid); err == nil {
+		return g.Name
+	}
+	return gid
+}
+
+// policyHint is the hint for a policy file that the daemon cannot use.
+func policyHint(pe *keyd.PolicyError, config, state string) string {
+	if errors.Is(pe.Err, fs.ErrNotExist) {
+		return "create the default policy with: " + initCommand(config, state) + " (it keeps existing files)"
+	}
+	return "check it with: parley-keyd policy check " + pe.Path
+}
