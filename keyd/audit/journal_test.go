@@ -40,6 +40,8 @@ func TestJournalEntriesHelper(t *testing.T) {
 	for _, kind := range []string{KindStart, KindIssue, KindDeny, KindTimeout, KindWithdrawn, KindError, KindPolicyReload, KindConsent} {
 		auditTestAppend(t, l, Record{Kind: kind, RequestID: "r-" + kind, GrantID: "g-" + kind})
 	}
+	auditTestAppend(t, l, Record{Kind: KindRequest, RequestID: "r-request", Verb: "GRANT", Decision: "issued"})
+	auditTestAppend(t, l, Record{Kind: KindLock})
 	if _, err := l.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +64,16 @@ func TestJournalEntriesHelper(t *testing.T) {
 		line := strings.TrimSuffix(lines[i], "\n")
 		if e["PARLEY_AUDIT_SEQ"] != fmt.Sprint(i+1) || e["PARLEY_AUDIT_RECORD"] != line || e["PARLEY_AUDIT_HASH"] != lineHash([]byte(line)) {
 			t.Errorf("entry %d: %v\nline %s", i, e, line)
+		}
+		switch e["PARLEY_AUDIT_KIND"] {
+		case KindRequest:
+			if e["PARLEY_VERB"] != "GRANT" || e["PARLEY_DECISION"] != "issued" || e["PRIORITY"] != "6" {
+				t.Errorf("a request's entry does not name its verb and decision at info: %v", e)
+			}
+		case KindLock:
+			if e["PRIORITY"] != "4" {
+				t.Errorf("a lock's entry is not a warning: %v", e)
+			}
 		}
 		if cp, ok := e["PARLEY_CHECKPOINT"].(string); ok {
 			c, err := checkpoint.Parse([]byte(cp))

@@ -1266,10 +1266,19 @@ func (l *Log) journalRecord(line []byte, rec *Record, hash string) {
 	if rec.RequestID != "" {
 		fields["PARLEY_REQUEST_ID"] = rec.RequestID
 	}
+	if rec.Verb != "" {
+		fields["PARLEY_VERB"] = rec.Verb
+	}
+	if rec.Decision != "" {
+		fields["PARLEY_DECISION"] = rec.Decision
+	}
 	always := false
 	switch rec.Kind {
-	case KindDeny, KindTimeout, KindWithdrawn, KindPolicyReload, KindStart, KindStop:
+	case KindDeny, KindTimeout, KindWithdrawn, KindPolicyReload, KindStart, KindStop, KindDecide:
 		p = journal.Notice
+	case KindLock, KindUnlock:
+		// A human pressed the stop button, or lifted it.
+		p, always = journal.Warning, true
 	case KindError, KindRecovered:
 		p = journal.Warning
 	case KindCheckpoint:
