@@ -38,6 +38,10 @@ can = ["calendar.*"]
 max_exp = "1h"
 `
 
+// keydProfileEnv names the file parley-keyd serve writes a CPU profile of
+// its run to (cmd/parley-keyd); the bench sets it with -pprof.
+const keydProfileEnv = "PARLEY_KEYD_CPUPROFILE"
+
 // daemon is a parley-keyd serve process started from the real binary.
 type daemon struct {
 	bin, state, sock string

@@ -40,6 +40,8 @@ type benchEnv struct {
 	// on the filesystem being measured.
 	bin, dir string
 	clients  int
+	// base is the baseline's parley-keyd binary (-base), or "".
+	base string
 }
 
 // extraSystems start more systems to measure, after the bench's own. Each
