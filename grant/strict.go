@@ -764,6 +764,14 @@ func (d *strictDecoder) anyValue(depth int, build bool) (any, error) {
 			d.i++
 		}
 	case c == '"':
+		if !build {
+			// Only checked: no string is made of it.
+			_, err := d.strBytes()
+			if err != nil {
+				return nil, d.fail(err)
+			}
+			return nil, nil
+		}
 		s, err := d.str()
 		if err != nil {
 			return nil, d.fail(err)
