@@ -17,7 +17,7 @@ import (
 // a grant: a frame of kind GRANT whose data is res, written as json.Marshal
 // writes it.
 func GrantReplyFrame(res *GrantResult) (*Frame, error) {
-	if b, ok := appendGrantResult(nil, res); ok {
+	if b, ok := appendGrantResult(make([]byte, 0, 192+len(res.Token)+48*len(res.Caveats)), res); ok {
 		return &Frame{Kind: KindGrant, Data: b, compact: b}, nil
 	}
 	raw, err := json.Marshal(res)
