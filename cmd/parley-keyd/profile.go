@@ -1,3 +1,5 @@
+//go:build profile
+
 package main
 
 import (
@@ -7,10 +9,12 @@ import (
 )
 
 // profileEnv names a file that parley-keyd serve writes a CPU profile of
-// its whole run to (Go's pprof format): for `make bench BENCHFLAGS=-pprof`,
-// which sets it on the daemon it starts (docs/performance.md). Unset, as in
-// every deployment, nothing is profiled. Whoever can set the daemon's
-// environment can make it write this file, and can already do more.
+// its whole run to (Go's pprof format), in a binary built with the build
+// tag "profile": `make bench BENCHFLAGS=-pprof` builds one and sets it
+// (docs/performance.md). Other builds have no profiler: runtime/pprof's
+// code would cost every daemon resident memory (about 0.3 MiB), and no
+// deployment needs it. Whoever can set the daemon's environment can make
+// it write this file, and can already do more.
 const profileEnv = "PARLEY_KEYD_CPUPROFILE"
 
 // startProfile starts the CPU profile profileEnv asks for; the returned

@@ -139,7 +139,7 @@ func run() error {
 	flag.StringVar(&o.jsonOut, "json", "", "also write the figures to this file as JSON")
 	flag.StringVar(&o.perfOut, "perf", "", "after the rounds, record perf profiles of the daemon under the protocol clients' load into this file, and in sequence into FILE.seq (needs perf)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the clients) during the rounds to this file; samples carry the labels system and phase")
-	flag.StringVar(&o.daemonProfile, "pprof", "", "write a CPU profile of the daemon (Go's pprof, from its start to its stop, the rounds most of it) to this file: the bench sets "+keydProfileEnv+" for it")
+	flag.StringVar(&o.daemonProfile, "pprof", "", "write a CPU profile of the daemon (Go's pprof, from its start to its stop, the rounds most of it) to this file: the bench builds the daemon with the build tag profile and sets "+keydProfileEnv+" (with -keyd, build it so yourself)")
 	flag.StringVar(&o.base, "base", "", "a parley-keyd binary to measure in every round next to this one, as a baseline: another commit's, built with go build -o")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds of floor and systems, interleaved; the figures are medians over them")
 	flag.IntVar(&o.n, "n", 2000, "requests timed in sequence per system and round for the latency figures")
@@ -176,7 +176,14 @@ func run() error {
 	bin := o.keydBin
 	if bin == "" {
 		step("building parley-keyd")
-		if bin, err = buildKeyd(dir); err != nil {
+		if bin, err = buildKeyd(dir, o.daemonProfile != ""); err != nil {
+			return err
+		}
+	} else if bin, err = installCopy(bin, dir); err != nil {
+		return err
+	}
+	if o.base != "" {
+		if o.base, err = installCopy(o.base, dir); err != nil {
 			return err
 		}
 	}
