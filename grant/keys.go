@@ -216,6 +216,11 @@ func sign(s crypto.Signer, msg []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return signAs(s, pub, msg)
+}
+
+// signAs is sign for a caller that has s's key from signerKey already.
+func signAs(s crypto.Signer, pub ed25519.PublicKey, msg []byte) ([]byte, error) {
 	sig, err := s.Sign(nil, msg, crypto.Hash(0))
 	if err != nil {
 		return nil, fmt.Errorf("sign: %w", err)
