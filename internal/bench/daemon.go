@@ -67,18 +67,14 @@ func buildKeyd(dir string, profile bool) (string, error) {
 	return installCopy(filepath.Join(dir, "build", "parley-keyd"), dir)
 }
 
-// installCopy copies the binary bin into dir, as make install does, and
-// returns the copy's path. The daemon's resident memory is mostly its
-// binary's pages, and a file the Go linker has just written (through a
-// shared mapping) sits in the page cache so that the kernel maps far more
-// of it into the process than of the same bytes written by cp or install:
-// 17.9 against 14.7 MiB idle (docs/performance.md). Deployments run
-// installed binaries.
+// installCopy copies the binary bin into dir as install(1) does, which is
+// what make install runs, and returns the copy's path. The daemon's
+// resident memory is mostly its binary's pages, and how many of them the
+// kernel maps into the process depends on how the file came into the page
+// cache: the same bytes run at 17.9 MiB idle as the Go linker or one large
+// write(2) left them, at 14.7 MiB as install(1) or cp(1) (copy_file_range)
+// left them (docs/performance.md). Deployments run installed binaries.
 func installCopy(bin, dir string) (string, error) {
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		return "", err
-	}
 	dst := filepath.Join(dir, filepath.Base(bin))
 	for i := 2; ; i++ {
 		if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
@@ -86,8 +82,9 @@ func installCopy(bin, dir string) (string, error) {
 		}
 		dst = filepath.Join(dir, fmt.Sprintf("%s-%d", filepath.Base(bin), i))
 	}
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
-		return "", err
+	out, err := exec.Command("install", "-m", "0755", bin, dst).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("install %s: %v: %s", bin, err, out)
 	}
 	return dst, nil
 }
