@@ -1,6 +1,7 @@
 package grant
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -285,6 +286,13 @@ func (c Caveat) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads a single-key object into c, keeping the value in
 // canonical form. Any other shape is an error.
 func (c *Caveat) UnmarshalJSON(data []byte) error {
+	// A caveat already in canonical form, as clients send it, is its own
+	// name and value: one pass, no tree. FuzzCaveatUnmarshal holds this
+	// equal to the general path below.
+	if name, val, ok := canonicalCaveat(data); ok {
+		c.Name, c.Value = name, val
+		return nil
+	}
 	v, err := parseJSON(data)
 	if err != nil {
 		return fmt.Errorf("caveat: %w", err)
@@ -301,6 +309,24 @@ func (c *Caveat) UnmarshalJSON(data []byte) error {
 		c.Name, c.Value = k, b
 	}
 	return nil
+}
+
+// canonicalCaveat reads data when it is a canonical object (§10) of exactly
+// one member, and returns the member's name and a copy of its value.
+func canonicalCaveat(data []byte) (string, json.RawMessage, bool) {
+	if len(data) < 2 || data[0] != '{' || !isCanonical(data) {
+		return "", nil, false
+	}
+	r := &canonReader{b: data, i: 1}
+	name, err := r.str(len(data))
+	if err != nil || r.expect(':') != nil {
+		return "", nil, false
+	}
+	start := r.i
+	if r.skip(readLimits{depth: maxDepth, list: 1 << 30, str: 1 << 30}, 1) != nil || r.i != len(data)-1 {
+		return "", nil, false // more than one member
+	}
+	return name, bytes.Clone(data[start:r.i]), true
 }
 
 // MatchPattern reports whether capability matches a can pattern (§6.3 with

@@ -3,6 +3,7 @@ package grant
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -97,6 +98,11 @@ func FuzzCanonicalizeJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, err := CanonicalizeJSON(in)
+		// The shortcut for canonical input gives what parsing gives.
+		parsed, perr := canonicalizeParsed(in)
+		if (err == nil) != (perr == nil) || !bytes.Equal(out, parsed) {
+			t.Fatalf("%q: CanonicalizeJSON gives %q, %v; parsing gives %q, %v", in, out, err, parsed, perr)
+		}
 		if isCanonical(in) {
 			if err != nil || !bytes.Equal(out, in) {
 				t.Fatalf("canonical input %q came back as %q, %v", in, out, err)
@@ -124,6 +130,47 @@ func FuzzCanonicalizeJSON(f *testing.F) {
 		}
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("meaning changed: %q -> %q", in, out)
+		}
+	})
+}
+
+// FuzzCaveatUnmarshal checks that a caveat read by the shortcut for
+// canonical input is the caveat the general path reads.
+func FuzzCaveatUnmarshal(f *testing.F) {
+	for _, s := range []string{
+		`{"svc":["cal.example"]}`, `{"exp":1700000000}`, `{"a":1,"b":2}`, `{"spend":{"amount":5,"currency":"USD"}}`,
+		`{"can":["x\u0000"]}`, `{"\n":1}`, `{"x":1.5}`, `{}`, `{"a":{"b":{"c":[]}}}`, `{ "svc":[]}`, `["svc"]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var fast Caveat
+		ferr := fast.UnmarshalJSON(in)
+		name, val, ok := canonicalCaveat(in)
+		var slow Caveat
+		serr := func() error {
+			v, err := parseJSON(in)
+			if err != nil {
+				return err
+			}
+			m, ok := v.(map[string]any)
+			if !ok || len(m) != 1 {
+				return errors.New("not one member")
+			}
+			for k, x := range m {
+				b, err := Canonical(x)
+				if err != nil {
+					return err
+				}
+				slow.Name, slow.Value = k, b
+			}
+			return nil
+		}()
+		if ok && (serr != nil || name != slow.Name || !bytes.Equal(val, slow.Value)) {
+			t.Fatalf("%q: the shortcut reads %q %q, the general path %q %q, %v", in, name, val, slow.Name, slow.Value, serr)
+		}
+		if (ferr == nil) != (serr == nil) || ferr == nil && (fast.Name != slow.Name || !bytes.Equal(fast.Value, slow.Value)) {
+			t.Fatalf("%q: UnmarshalJSON gives %q %q, %v; the general path %q %q, %v", in, fast.Name, fast.Value, ferr, slow.Name, slow.Value, serr)
 		}
 	})
 }

@@ -99,3 +99,35 @@ func TestSignHolderProofsVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// verifyingSigner is a faultySigner that claims to verify its own
+// signatures (VerifyingSigner), as the daemon's remote backends do.
+type verifyingSigner struct{ faultySigner }
+
+func (verifyingSigner) VerifiesSignatures() {}
+
+// TestSignVerifyingSigner checks what grant leaves to a VerifyingSigner and
+// what it still checks: a signature of the wrong length is refused; the
+// check against the key is the signer's own, so a signer that broke its
+// promise would get a bad signature through (the backends' own tests hold
+// them to it: pkcs11 and transit refuse a signature that does not verify).
+func TestSignVerifyingSigner(t *testing.T) {
+	good := verifyingSigner{faultySigner{keyPrincipal, func(sig, _ []byte) ([]byte, error) { return sig, nil }}}
+	tok, err := Issue(good, pub(keyAgent), []Caveat{Can("shop.*")}, testNow, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := tok.Blocks[0]; !ed25519.Verify(pub(keyPrincipal), b.signed, b.Sig) {
+		t.Fatal("a grant from a verifying signer does not verify")
+	}
+	for _, n := range []int{0, 63, 65} {
+		short := verifyingSigner{faultySigner{keyPrincipal, func(sig, _ []byte) ([]byte, error) { return append(sig, 0)[:n], nil }}}
+		if tok, err := Issue(short, pub(keyAgent), nil, testNow, "n"); err == nil {
+			t.Errorf("a signature of %d bytes went out in %s", n, tok.Encode())
+		}
+	}
+	broken := verifyingSigner{faultySigner{keyPrincipal, func(sig, _ []byte) ([]byte, error) { sig[9] ^= 4; return sig, nil }}}
+	if _, err := Issue(broken, pub(keyAgent), nil, testNow, "n"); err != nil {
+		t.Fatalf("grant verified a VerifyingSigner's signature itself: %v", err)
+	}
+}

@@ -153,6 +153,7 @@ func decodeStrict(data []byte, v any, known bool) error {
 		return fmt.Errorf("grant: DecodeStrict needs a non-nil pointer, not %T", v)
 	}
 	d := &strictDecoder{jsonParser: jsonParser{b: data}, known: known}
+	d.path = d.pathBuf[:0]
 	d.ws()
 	if err := d.decode(rv.Elem(), 0); err != nil {
 		return err
@@ -168,8 +169,9 @@ func decodeStrict(data []byte, v any, known bool) error {
 // reuses jsonParser's string, literal and white space readers.
 type strictDecoder struct {
 	jsonParser
-	known bool
-	path  []step // where the decoder is, for errors
+	known   bool
+	path    []step // where the decoder is, for errors
+	pathBuf [8]step
 }
 
 // step is one step of a path: a member name, or an index.
@@ -295,7 +297,8 @@ func (d *strictDecoder) decode(v reflect.Value, depth int) error {
 		}
 		return d.decode(v.Elem(), depth)
 	}
-	if v.CanAddr() && v.Addr().Type().Implements(unmarshalerType) {
+	methods := methodsOf(v.Type())
+	if v.CanAddr() && methods.unmarshaler {
 		start := d.i
 		if err := d.skip(depth); err != nil {
 			return err
@@ -319,7 +322,7 @@ func (d *strictDecoder) decode(v reflect.Value, depth int) error {
 		}
 		return nil
 	}
-	if v.CanAddr() && v.Addr().Type().Implements(textUnmarshalerType) && v.Type() != numberType {
+	if v.CanAddr() && methods.textUnmarshaler && v.Type() != numberType {
 		if d.b[d.i] != '"' {
 			return d.typeError(d.kindAt(), v.Type())
 		}
@@ -764,6 +767,14 @@ func (d *strictDecoder) anyValue(depth int, build bool) (any, error) {
 			d.i++
 		}
 	case c == '"':
+		if !build {
+			// Only checked: no string is made of it.
+			_, err := d.strBytes()
+			if err != nil {
+				return nil, d.fail(err)
+			}
+			return nil, nil
+		}
 		s, err := d.str()
 		if err != nil {
 			return nil, d.fail(err)
@@ -841,6 +852,23 @@ func foldName(name string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// typeMethods says which decoding methods a pointer to a type has.
+type typeMethods struct{ unmarshaler, textUnmarshaler bool }
+
+// methodCache memoizes methodsOf: reflect's Implements walks the method
+// set on every call, and decode asks it for every value.
+var methodCache sync.Map // reflect.Type → typeMethods
+
+func methodsOf(t reflect.Type) typeMethods {
+	if m, ok := methodCache.Load(t); ok {
+		return m.(typeMethods)
+	}
+	p := reflect.PointerTo(t)
+	m := typeMethods{unmarshaler: p.Implements(unmarshalerType), textUnmarshaler: p.Implements(textUnmarshalerType)}
+	methodCache.Store(t, m)
+	return m
 }
 
 // fieldCache holds the resolved fields of each struct type decoded so far,

@@ -519,7 +519,7 @@ func Issue(principal crypto.Signer, holder ed25519.PublicKey, caveats []Caveat, 
 	if blk.signed, err = marshalPayload(&blk.Payload, true); err != nil {
 		return nil, fmt.Errorf("issue: %w", err)
 	}
-	if blk.Sig, err = sign(principal, blk.signed); err != nil {
+	if blk.Sig, err = signAs(principal, iss, blk.signed); err != nil {
 		return nil, fmt.Errorf("issue: %w", err)
 	}
 	return &Token{Blocks: []Block{blk}}, nil

@@ -1,6 +1,7 @@
 package keyd
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -320,7 +321,28 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
+// caveatsJSON is the caveat list of a record as json.Marshal writes it.
+// Caveats come canonical from grant, so the list is their MarshalJSON
+// joined, unless one holds a byte that json.Marshal escapes (<, >, &,
+// U+2028, U+2029): that list goes through json.Marshal. FuzzCaveatsJSON
+// holds the two equal.
 func caveatsJSON(cavs []grant.Caveat) json.RawMessage {
+	b := make([]byte, 0, 2+48*len(cavs))
+	b = append(b, '[')
+	for i, c := range cavs {
+		cb, err := c.MarshalJSON()
+		if err != nil || bytes.ContainsAny(cb, "<>&\u2028\u2029") {
+			return caveatsMarshal(cavs)
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, cb...)
+	}
+	return append(b, ']')
+}
+
+func caveatsMarshal(cavs []grant.Caveat) json.RawMessage {
 	if cavs == nil {
 		cavs = []grant.Caveat{}
 	}
@@ -471,11 +493,7 @@ func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec audit.Reco
 	res := protocol.GrantResult{Token: tok.Encode(), GrantID: tok.ID(), Expires: exp, Caveats: cavs, Decision: rec.Decision,
 		Rule: rec.DecidedBy.Rule, Approver: rec.DecidedBy.Approver, Channel: rec.DecidedBy.Channel,
 		Strength: rec.DecidedBy.Strength, Narrowed: narrowed, RequestID: rec.RequestID}
-	raw, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	return &protocol.Frame{Kind: protocol.KindGrant, Data: raw}, nil
+	return protocol.GrantReplyFrame(&res)
 }
 
 func strength(a Approval) string {

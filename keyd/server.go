@@ -248,6 +248,7 @@ type conn struct {
 	// free is what is left of the connection's allowance.
 	free     atomic.Int64
 	watching atomic.Bool
+	work     chan job // to a handler waiting for the next request
 	idsMu    sync.Mutex
 	ids      map[string]bool
 }
@@ -295,7 +296,8 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	defer s.slots.give(id.UID, roles.Agent, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{s: s, nc: nc, id: id, agent: roles.Agent, ctx: ctx, cancel: cancel,
-		sem: make(chan struct{}, maxInflight), bytes: semaphore.NewWeighted(maxInflightBytes), ids: map[string]bool{}}
+		sem: make(chan struct{}, maxInflight), bytes: semaphore.NewWeighted(maxInflightBytes), ids: map[string]bool{},
+		work: make(chan job)}
 	c.free.Store(connAllowance)
 	s.mu.Lock()
 	if s.closing {
@@ -509,62 +511,108 @@ func (c *conn) readLoop() {
 		}
 		// The handler holds the frame's bytes in the budget until it has
 		// answered.
-		held := unclaimed
+		j := job{f: f, held: unclaimed, size: size}
 		unclaimed = frameHold{}
-		c.handlers.Add(1)
-		go func(f protocol.Frame) {
-			defer c.handlers.Done()
-			defer c.release(held)
-			defer c.bytes.Release(size)
-			// The request stops being in flight, and its id is free again,
-			// before its final reply goes out: a client may send the next
-			// request, with the same id, as soon as it has read the reply.
-			done := false
-			settle := func() {
-				if !done {
-					done = true
-					if f.Verb == protocol.VerbWatch {
-						c.watching.Store(false)
-					}
-					c.releaseID(f.ID)
-					<-c.sem
-				}
+		select {
+		case c.work <- j:
+			// A handler of this connection that finished its request
+			// takes the next one, with the stack it grew for the last.
+		default:
+			c.handlers.Add(1)
+			go c.worker(j)
+		}
+	}
+}
+
+// job is one request a handler runs, with what its frame holds.
+type job struct {
+	f    protocol.Frame
+	held frameHold
+	size int64
+}
+
+// spareFor is how long a handler that finished its request waits for the
+// connection's next one before it ends. A goroutine that runs a request
+// grows its stack for the Ed25519 work, which costs a grant about as much
+// as its JSON did (docs/performance.md); a handler kept for the next
+// request keeps its stack. An idle connection keeps none after this.
+const spareFor = 50 * time.Millisecond
+
+// worker runs j, then the connection's next requests for as long as they
+// come within spareFor of each other.
+func (c *conn) worker(j job) {
+	defer c.handlers.Done()
+	var idle *time.Timer
+	for {
+		c.handle(j)
+		if idle == nil {
+			idle = time.NewTimer(spareFor)
+			defer idle.Stop()
+		} else {
+			idle.Reset(spareFor)
+		}
+		select {
+		case j = <-c.work:
+		case <-idle.C:
+			return
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// handle runs one request and sends its final reply.
+func (c *conn) handle(j job) {
+	f := &j.f
+	defer c.release(j.held)
+	defer c.bytes.Release(j.size)
+	// The request stops being in flight, and its id is free again,
+	// before its final reply goes out: a client may send the next
+	// request, with the same id, as soon as it has read the reply.
+	done := false
+	settle := func() {
+		if !done {
+			done = true
+			if f.Verb == protocol.VerbWatch {
+				c.watching.Store(false)
 			}
-			defer settle()
-			defer func() {
-				// The daemon never crashes on input: a handler bug
-				// answers "internal" and the connection lives on.
-				if r := recover(); r != nil {
-					c.s.logf("panic in %s: %v", f.Verb, r)
-					settle()
-					c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}))
-				}
-			}()
-			events := func(message string, data any) { c.event(f.ID, message, data) }
-			reply, err := c.s.Handle(c.ctx, c.caller(), &f, events)
-			if err == errWatchBehind {
-				// A watcher that stopped reading is cut off: closing the
-				// socket frees what it holds at once.
-				c.cancel()
-				c.nc.Close()
-				return
-			}
-			if err != nil {
-				var e *protocol.Error
-				if !errors.As(err, &e) {
-					e = &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}
-				}
-				reply = errorFrame(f.ID, e)
-			}
-			if reply != nil {
-				reply.Re = f.ID
-				if reply.ID == "" {
-					reply.ID = "r" + f.ID
-				}
-				settle()
-				c.send(reply)
-			}
-		}(f)
+			c.releaseID(f.ID)
+			<-c.sem
+		}
+	}
+	defer settle()
+	defer func() {
+		// The daemon never crashes on input: a handler bug
+		// answers "internal" and the connection lives on.
+		if r := recover(); r != nil {
+			c.s.logf("panic in %s: %v", f.Verb, r)
+			settle()
+			c.send(errorFrame(f.ID, &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}))
+		}
+	}()
+	events := func(message string, data any) { c.event(f.ID, message, data) }
+	reply, err := c.s.Handle(c.ctx, c.caller(), f, events)
+	if err == errWatchBehind {
+		// A watcher that stopped reading is cut off: closing the
+		// socket frees what it holds at once.
+		c.cancel()
+		c.nc.Close()
+		return
+	}
+	if err != nil {
+		var e *protocol.Error
+		if !errors.As(err, &e) {
+			e = &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to handle the request"}
+		}
+		reply = errorFrame(f.ID, e)
+	}
+	if reply != nil {
+		reply.Re = f.ID
+		if reply.ID == "" {
+			reply.ID = "r" + f.ID
+		}
+		settle()
+		c.send(reply)
 	}
 }
 

@@ -62,6 +62,11 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		return fmt.Errorf("hardening the process: %w", err)
 	}
 	logger.Printf("%s", rep)
+	stopProfile, err := startProfile()
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 
 	cfg, err := loadConfig(configPath, state)
 	if err != nil {

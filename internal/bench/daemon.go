@@ -38,6 +38,10 @@ can = ["calendar.*"]
 max_exp = "1h"
 `
 
+// keydProfileEnv names the file parley-keyd serve writes a CPU profile of
+// its run to (cmd/parley-keyd); the bench sets it with -pprof.
+const keydProfileEnv = "PARLEY_KEYD_CPUPROFILE"
+
 // daemon is a parley-keyd serve process started from the real binary.
 type daemon struct {
 	bin, state, sock string
@@ -49,12 +53,40 @@ type daemon struct {
 }
 
 // buildKeyd builds cmd/parley-keyd into dir and returns the binary's path.
-func buildKeyd(dir string) (string, error) {
-	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/parley-keyd/parley-keyd/cmd/parley-keyd").CombinedOutput()
+// With profile, the binary has the profiler that -pprof asks for (build tag
+// "profile", cmd/parley-keyd/profile.go).
+func buildKeyd(dir string, profile bool) (string, error) {
+	args := []string{"build", "-o", filepath.Join(dir, "build") + "/"}
+	if profile {
+		args = append(args, "-tags", "profile")
+	}
+	out, err := exec.Command("go", append(args, "github.com/parley-keyd/parley-keyd/cmd/parley-keyd")...).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build parley-keyd: %v: %s", err, out)
 	}
-	return filepath.Join(dir, "parley-keyd"), nil
+	return installCopy(filepath.Join(dir, "build", "parley-keyd"), dir)
+}
+
+// installCopy copies the binary bin into dir as install(1) does, which is
+// what make install runs, and returns the copy's path. The daemon's
+// resident memory is mostly its binary's pages, and how many of them the
+// kernel maps into the process depends on how the file came into the page
+// cache: the same bytes run at 17.9 MiB idle as the Go linker or one large
+// write(2) left them, at 14.7 MiB as install(1) or cp(1) (copy_file_range)
+// left them (docs/performance.md). Deployments run installed binaries.
+func installCopy(bin, dir string) (string, error) {
+	dst := filepath.Join(dir, filepath.Base(bin))
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		dst = filepath.Join(dir, fmt.Sprintf("%s-%d", filepath.Base(bin), i))
+	}
+	out, err := exec.Command("install", "-m", "0755", bin, dst).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("install %s: %v: %s", bin, err, out)
+	}
+	return dst, nil
 }
 
 // initState creates a state folder with a new principal key, a configuration

@@ -74,7 +74,7 @@ func main() {
 
 type options struct {
 	keydBin, sshAgentBin, dir, jsonOut, perfOut string
-	cpuProfile                                  string
+	cpuProfile, daemonProfile, base             string
 	n, warm, clients, readyRuns, conns, rounds  int
 	duration                                    time.Duration
 	verifyTime                                  string
@@ -139,6 +139,8 @@ func run() error {
 	flag.StringVar(&o.jsonOut, "json", "", "also write the figures to this file as JSON")
 	flag.StringVar(&o.perfOut, "perf", "", "after the rounds, record perf profiles of the daemon under the protocol clients' load into this file, and in sequence into FILE.seq (needs perf)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the clients) during the rounds to this file; samples carry the labels system and phase")
+	flag.StringVar(&o.daemonProfile, "pprof", "", "write a CPU profile of the daemon (Go's pprof, from its start to its stop, the rounds most of it) to this file: the bench builds the daemon with the build tag profile and sets "+keydProfileEnv+" (with -keyd, build it so yourself)")
+	flag.StringVar(&o.base, "base", "", "a parley-keyd binary to measure in every round next to this one, as a baseline: another commit's, built with go build -o")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds of floor and systems, interleaved; the figures are medians over them")
 	flag.IntVar(&o.n, "n", 2000, "requests timed in sequence per system and round for the latency figures")
 	flag.IntVar(&o.warm, "warm", 200, "untimed requests per system before the first round")
@@ -174,7 +176,14 @@ func run() error {
 	bin := o.keydBin
 	if bin == "" {
 		step("building parley-keyd")
-		if bin, err = buildKeyd(dir); err != nil {
+		if bin, err = buildKeyd(dir, o.daemonProfile != ""); err != nil {
+			return err
+		}
+	} else if bin, err = installCopy(bin, dir); err != nil {
+		return err
+	}
+	if o.base != "" {
+		if o.base, err = installCopy(o.base, dir); err != nil {
 			return err
 		}
 	}
@@ -193,7 +202,15 @@ func run() error {
 		return err
 	}
 
-	d, _, err := startDaemon(bin, state, sock)
+	env := []string{"PATH=/usr/bin:/bin"}
+	if o.daemonProfile != "" {
+		abs, err := filepath.Abs(o.daemonProfile)
+		if err != nil {
+			return err
+		}
+		env = append(env, keydProfileEnv+"="+abs)
+	}
+	d, err := startDaemonEnv(bin, state, sock, env)
 	if err != nil {
 		return err
 	}
@@ -234,9 +251,9 @@ func run() error {
 		{name: sysKeydDocs, pid: pid, grants: true, connect: func(n int) ([]op, func(), error) { return rawClients(sock, n) }},
 		{name: sysSSH, pid: a.pid(), connect: func(n int) ([]op, func(), error) { return sshClients(a, n) }},
 	}
-	env := &benchEnv{bin: bin, dir: dir, clients: o.clients}
+	benv := &benchEnv{bin: bin, dir: dir, clients: o.clients, base: o.base}
 	for _, add := range extraSystems {
-		more, err := add(env)
+		more, err := add(benv)
 		if err != nil {
 			return err
 		}
@@ -361,6 +378,7 @@ func run() error {
 	fig.Summary = summarize(&fig)
 
 	report(os.Stdout, &fig)
+	reportBase(os.Stdout, &fig)
 	reportSigners(os.Stdout, fig.Signers)
 	reportStartup(os.Stdout, fig.Startup)
 	if o.jsonOut != "" {

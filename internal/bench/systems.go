@@ -40,6 +40,8 @@ type benchEnv struct {
 	// on the filesystem being measured.
 	bin, dir string
 	clients  int
+	// base is the baseline's parley-keyd binary (-base), or "".
+	base string
 }
 
 // extraSystems start more systems to measure, after the bench's own. Each
@@ -68,8 +70,11 @@ func runRounds(systems []*system, fl *floor, rounds, n int, d time.Duration) ([]
 		if r.Ed25519, err = fl.measureEd25519CPU(n / 4); err != nil {
 			return nil, err
 		}
+		// Each round starts with another system, so that none is always
+		// measured first, right after the floor, or last.
+		order := append(slices.Clone(systems[i%len(systems):]), systems[:i%len(systems)]...)
 		// The labels tell the systems' clients apart in a -cpuprofile.
-		for _, s := range systems {
+		for _, s := range order {
 			pprof.Do(context.Background(), pprof.Labels("system", s.name, "phase", "latency"), func(context.Context) {
 				r.Latency[s.name], err = measureLatency(s.pid, s.ops[0], 0, n)
 			})
@@ -77,7 +82,7 @@ func runRounds(systems []*system, fl *floor, rounds, n int, d time.Duration) ([]
 				return nil, fmt.Errorf("%s: %w", s.name, err)
 			}
 		}
-		for _, s := range systems {
+		for _, s := range order {
 			pprof.Do(context.Background(), pprof.Labels("system", s.name, "phase", "throughput"), func(context.Context) {
 				r.Throughput[s.name], err = measureThroughput(s.pid, s.ops, d)
 			})

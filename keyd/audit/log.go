@@ -1060,6 +1060,10 @@ func (l *Log) ready() error {
 // encoder encodes records as the log writes them: encoding/json, no HTML
 // escaping, one line each.
 func (l *Log) encode(rec *Record) error {
+	if b, ok := appendRecord(l.buf.AvailableBuffer(), rec); ok {
+		l.buf.Write(append(b, '\n'))
+		return nil
+	}
 	enc := json.NewEncoder(&l.buf)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(rec)

@@ -121,6 +121,10 @@ type Frame struct {
 	Retry   int             `json:"retry,omitempty"`
 	Rule    string          `json:"rule,omitempty"`
 	Data    json.RawMessage `json:"data,omitempty"`
+
+	// compact is Data when GrantReplyFrame wrote it: compact JSON as
+	// json.Marshal writes it, which EncodeFrame need not check again.
+	compact []byte
 }
 
 // Err returns the refusal an ERROR frame carries.
@@ -221,6 +225,12 @@ func (fr *FrameReader) skip(err, reason error, n int) error {
 // strings, so the output has exactly one, at the end.
 func EncodeFrame(f *Frame) ([]byte, error) {
 	f.Parley = Version
+	if b, ok := appendFrame(make([]byte, 0, 64+len(f.Data)), f); ok {
+		if len(b) > MaxFrame {
+			return nil, ErrFrameTooLarge
+		}
+		return append(b, '\n'), nil
+	}
 	b, err := json.Marshal(f)
 	if err != nil {
 		return nil, err

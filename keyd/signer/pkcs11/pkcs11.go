@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/miekg/pkcs11"
+	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 
@@ -350,6 +351,13 @@ func checkPrivate(ctx *pkcs11.Ctx, h pkcs11.SessionHandle, key pkcs11.ObjectHand
 
 // Public returns the principal public key.
 func (s *Signer) Public() crypto.PublicKey { return append(ed25519.PublicKey(nil), s.pub...) }
+
+// VerifiesSignatures marks s as a grant.VerifyingSigner: Sign verifies
+// every signature against principal.pub, which Public returns, so grant
+// does not verify it again.
+func (s *Signer) VerifiesSignatures() {}
+
+var _ grant.VerifyingSigner = (*Signer)(nil)
 
 // Describe names the backend, the token and the key.
 func (s *Signer) Describe() signer.Description {

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/openbao/openbao/api/v2"
+	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 
@@ -164,6 +165,13 @@ func (s *Signer) signPath() string { return s.cfg.Mount + "/sign/" + s.cfg.Name 
 
 // Public returns the principal public key.
 func (s *Signer) Public() crypto.PublicKey { return append(ed25519.PublicKey(nil), s.pub...) }
+
+// VerifiesSignatures marks s as a grant.VerifyingSigner: Sign verifies
+// every signature against principal.pub, which Public returns, so grant
+// does not verify it again.
+func (s *Signer) VerifiesSignatures() {}
+
+var _ grant.VerifyingSigner = (*Signer)(nil)
 
 // Describe names the backend, the key and the pinned version.
 func (s *Signer) Describe() signer.Description {
