@@ -405,6 +405,20 @@ func (a *Approver) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-a.wake:
+			// What the screen reported before the wake-up comes first: a
+			// notification the human already dismissed is not closed again,
+			// and a click is seen before the request's end.
+			for drained := false; !drained; {
+				select {
+				case ev, ok := <-events:
+					if !ok {
+						return errors.New("the session bus connection closed")
+					}
+					a.event(ctx, ev)
+				default:
+					drained = true
+				}
+			}
 			for _, m := range a.take() {
 				a.handle(m)
 			}
