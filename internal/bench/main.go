@@ -33,7 +33,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/ed25519"
@@ -346,7 +345,7 @@ func run() error {
 	if fig.ReadyLog, fig.ReadyLogMedian, err = timeStarts(bin, state, sock, max(1, o.readyRuns/3)); err != nil {
 		return err
 	}
-	if fig.ReadyLogRecords, err = countLines(filepath.Join(state, "audit.log")); err != nil {
+	if fig.ReadyLogRecords, err = countRecords(filepath.Join(state, "audit.log")); err != nil {
 		return err
 	}
 	a.stop()
@@ -482,39 +481,32 @@ func timeStarts(bin, state, sock string, n int) ([]time.Duration, time.Duration,
 	return times, sorted[len(sorted)/2], nil
 }
 
-func countLines(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	return bytes.Count(b, []byte("\n")), err
+// countRecords counts the records of the audit log, every segment of it.
+func countRecords(path string) (int, error) {
+	n := 0
+	err := audit.Read(path, audit.Filter{}, func([]byte, *audit.Record) error { n++; return nil })
+	return n, err
 }
 
-// auditBatch reads the audit log and returns the mean number of issue
-// records per group commit among those written within the windows.
+// auditBatch reads the audit log, every segment of it, and returns the
+// mean number of issue records per group commit among those written within
+// the windows.
 func auditBatch(path string, windows [][2]time.Time) (float64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 4<<20)
 	records := 0
 	groups := map[string]bool{}
-	for sc.Scan() {
-		var rec struct{ Kind, Time string }
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			return 0, fmt.Errorf("%s: %w", path, err)
-		}
+	err := audit.Read(path, audit.Filter{}, func(_ []byte, rec *audit.Record) error {
 		t, err := time.Parse(time.RFC3339Nano, rec.Time)
 		if err != nil || rec.Kind != audit.KindIssue {
-			continue
+			return nil
 		}
 		if !slices.ContainsFunc(windows, func(w [2]time.Time) bool { return !t.Before(w[0]) && !t.After(w[1]) }) {
-			continue
+			return nil
 		}
 		records++
 		groups[rec.Time] = true
-	}
-	if err := sc.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return 0, err
 	}
 	if len(groups) == 0 {
