@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -28,13 +27,11 @@ the codes differ, another request may be racing the one you expect.`,
 		ValidArgsFunction: completeRequest,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			c, err := dialDaemon()
+			c, ctx, done, err := daemonCall(5 * time.Minute)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
+			defer done()
 			list, err := c.Pending(ctx)
 			if err != nil {
 				return daemonError(err)
@@ -96,13 +93,11 @@ func newDenyCmd() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeRequest,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := dialDaemon()
+			c, ctx, done, err := daemonCall(30 * time.Second)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
+			defer done()
 			if err := c.Deny(ctx, args[0], "terminal"); err != nil {
 				return daemonError(err)
 			}

@@ -39,6 +39,18 @@ func addDaemonCommands(root *cobra.Command) {
 	root.AddCommand(newMCPCmd(), newGendocsCmd())
 }
 
+// daemonCall dials the daemon for one command that asks it something:
+// the client, a context that ends after timeout, and a func that releases
+// both.
+func daemonCall(timeout time.Duration) (*client.Client, context.Context, func(), error) {
+	c, err := dialDaemon()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	return c, ctx, func() { cancel(); c.Close() }, nil
+}
+
 // dialDaemon connects to the daemon, turning the usual failures into a
 // message that names the one command that fixes them. Before anything is
 // sent, it checks that the socket is served by the daemon's user (see

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"time"
@@ -25,13 +24,11 @@ Any approver may lock. Only an approver who is not also an agent user may
 unlock: an agent running as your own user must not be able to lift it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := dialDaemon()
+			c, ctx, done, err := daemonCall(30 * time.Second)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
+			defer done()
 			v, msg, err := c.Lock(ctx, reason)
 			if err != nil {
 				return daemonError(err)
@@ -58,13 +55,11 @@ func newUnlockCmd() *cobra.Command {
 		Short: "Lift the lock: the daemon serves requests again",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := dialDaemon()
+			c, ctx, done, err := daemonCall(30 * time.Second)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
+			defer done()
 			msg, err := c.Unlock(ctx)
 			if err != nil {
 				return daemonError(err)

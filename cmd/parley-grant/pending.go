@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -23,13 +22,11 @@ func newPendingCmd() *cobra.Command {
 		Short: "List requests waiting for your approval, as the daemon rendered them",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := dialDaemon()
+			c, ctx, done, err := daemonCall(10 * time.Second)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
+			defer done()
 			list, err := c.Pending(ctx)
 			if err != nil {
 				return daemonError(err)

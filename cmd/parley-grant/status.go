@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -22,13 +21,11 @@ func newStatusCmd() *cobra.Command {
 		Short: "Say whether parley-keyd answers, its principal key, and what you may ask for",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := dialDaemon()
+			c, ctx, done, err := daemonCall(10 * time.Second)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
+			defer done()
 			m, err := c.Hello(ctx)
 			if err != nil {
 				return daemonError(err)
