@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/internal/durable"
 )
 
 // HeadReportFile is where the daemon reports its audit log's head when it
@@ -56,7 +58,7 @@ func (d *Daemon) reportHead(event string) {
 	r := HeadReport{Seq: h.Seq, Hash: h.Hash, Event: event, PID: os.Getpid(), Time: time.Now().UTC().Format(time.RFC3339), Principal: d.principal}
 	d.logf("audit log head at %s: record %d, hash %s", event, h.Seq, h.Hash)
 	b, _ := json.Marshal(r)
-	if err := writeFileDurably(filepath.Join(d.opts.State, HeadReportFile), append(b, '\n'), 0o600); err != nil {
+	if err := durable.ReplaceFile(filepath.Join(d.opts.State, HeadReportFile), append(b, '\n'), 0o600, nil); err != nil {
 		d.logf("could not write %s: %v", HeadReportFile, err)
 	}
 }
@@ -64,33 +66,4 @@ func (d *Daemon) reportHead(event string) {
 // String says what was reported, when and by whom.
 func (r HeadReport) String() string {
 	return fmt.Sprintf("%d records, head %s, reported at %s by pid %d at %s", r.Seq, r.Hash, r.Event, r.PID, r.Time)
-}
-
-// writeFileDurably replaces path with data: a temporary file, fsync,
-// rename, fsync of the folder.
-func writeFileDurably(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	err = f.Chmod(mode)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncFolder(dir)
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
@@ -89,7 +90,7 @@ func writeLock(path string, st *LockState) error {
 	if err != nil {
 		return err
 	}
-	return writeFileDurably(path, append(b, '\n'), 0o600)
+	return durable.ReplaceFile(path, append(b, '\n'), 0o600, nil)
 }
 
 // removeLock removes the lock file durably; a missing file is no error.
@@ -97,16 +98,7 @@ func removeLock(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return syncFolder(filepath.Dir(path))
-}
-
-func syncFolder(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return durable.SyncDir(filepath.Dir(path))
 }
 
 // loadLock reads the lock file in state at start. A daemon started with a

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"github.com/parley-keyd/parley-keyd/internal/journal"
 
 	"golang.org/x/sys/unix"
@@ -463,12 +464,7 @@ func checkOwner(path string, fi os.FileInfo) error {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync audit log folder: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := durable.SyncDir(dir); err != nil {
 		return fmt.Errorf("sync audit log folder: %w", err)
 	}
 	return nil

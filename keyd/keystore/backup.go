@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/internal/durable"
 )
 
 // Backups, restores and rotations of the file key.
@@ -146,7 +148,7 @@ func Restore(dir string, backup, backupPass, atRest []byte) (ed25519.PublicKey, 
 	if err := writePub(dir, pub); err != nil {
 		return nil, err
 	}
-	return pub, syncDir(dir)
+	return pub, durable.SyncDir(dir)
 }
 
 // Rotate replaces the principal key of dir with a new one from crypto/rand,
@@ -200,7 +202,7 @@ func Rotate(dir string, atRest []byte, until, now time.Time) (newPub, oldPub ed2
 	if err := writePub(dir, newPub); err != nil {
 		return nil, nil, err
 	}
-	return newPub, oldPub, syncDir(dir)
+	return newPub, oldPub, durable.SyncDir(dir)
 }
 
 // Previous returns the keys of PreviousFileName in dir, in the file's
@@ -241,7 +243,7 @@ func writePrevious(dir string, keys []PreviousKey) error {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s until %s\n", k.Key, k.Until.UTC().Format(time.RFC3339))
 	}
-	return replaceFile(dir, PreviousFileName, []byte(b.String()), 0o644)
+	return durable.ReplaceFile(filepath.Join(dir, PreviousFileName), []byte(b.String()), 0o644, nil)
 }
 
 func makeStateDir(dir string) error {
@@ -294,33 +296,5 @@ func writeKeyFile(dir string, plain, atRest []byte, replace bool) error {
 		}
 		return nil
 	}
-	return replaceFile(dir, KeyFileName, contents, 0o600)
-}
-
-// replaceFile replaces dir/name with data through a temporary file that is
-// fsynced and renamed over it.
-func replaceFile(dir, name string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(dir, "."+name+"-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	err = f.Chmod(mode)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
+	return durable.ReplaceFile(filepath.Join(dir, KeyFileName), contents, 0o600, nil)
 }

@@ -19,6 +19,7 @@ import (
 
 	"filippo.io/age"
 	"filippo.io/age/armor"
+	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -147,7 +148,7 @@ func Init(dir string, passphrase []byte) (pub ed25519.PublicKey, err error) {
 		err = writePub(dir, pub)
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = durable.SyncDir(dir)
 	}
 	if err != nil {
 		os.Remove(keyPath) // ours: O_EXCL created it
@@ -596,36 +597,5 @@ func decrypt(data, passphrase []byte) ([]byte, error) {
 
 // writePub replaces principal.pub atomically.
 func writePub(dir string, pub ed25519.PublicKey) error {
-	f, err := os.CreateTemp(dir, ".principal.pub-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	err = f.Chmod(0o644)
-	if err == nil {
-		_, err = f.WriteString(formatPub(pub) + "\n")
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, PublicKeyFileName))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return durable.ReplaceFile(filepath.Join(dir, PublicKeyFileName), []byte(formatPub(pub)+"\n"), 0o644, nil)
 }

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -366,7 +367,7 @@ func (d *Devices) update(now time.Time, fn func(*devicesDoc) error) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(d.dir, DevicesFile, append(b, '\n'), 0o600); err != nil {
+	if err := replaceOwned(d.dir, DevicesFile, append(b, '\n'), 0o600); err != nil {
 		return err
 	}
 	return ferr
@@ -392,43 +393,6 @@ func lockState(dir string) (unlock func(), err error) {
 	}
 	// Closing the file releases the lock.
 	return func() { lock.Close() }, nil
-}
-
-// writeFileAtomic replaces dir/name with data: a temporary file is written,
-// synced and renamed over it, then the folder is synced. The file gets the
-// state folder's owner, so that files made by root through `parley-keyd
-// pair` stay usable by the daemon's user.
-func writeFileAtomic(dir, name string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // fails harmlessly after the rename
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	matchOwner(dir, tmp)
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	if df, err := os.Open(dir); err == nil {
-		df.Sync()
-		df.Close()
-	}
-	return nil
 }
 
 // matchOwner gives path the owner of the folder dir when running as root.
@@ -481,4 +445,11 @@ func secretEqual(a, b string) bool {
 // asks before pairing, so a link previewer that fetches it uses nothing up.
 func PairingLink(base, token string) string {
 	return strings.TrimRight(base, "/") + "/pair?t=" + token
+}
+
+// replaceOwned replaces dir/name durably and gives the file the state
+// folder's owner, so that files made by root through `parley-keyd pair`
+// stay usable by the daemon's user.
+func replaceOwned(dir, name string, data []byte, mode os.FileMode) error {
+	return durable.ReplaceFile(filepath.Join(dir, name), data, mode, func(tmp string) { matchOwner(dir, tmp) })
 }

@@ -201,10 +201,10 @@ func makePhoneCert(dir string, hosts []string, now time.Time) error {
 	}
 	// The key first: a certificate without its key would be useless, a key
 	// without its certificate is made again.
-	if err := writeFileAtomic(dir, KeyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := replaceOwned(dir, KeyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		return fmt.Errorf("writing the phone page's key: %w", err)
 	}
-	if err := writeFileAtomic(dir, CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := replaceOwned(dir, CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 		return fmt.Errorf("writing the phone page's certificate: %w", err)
 	}
 	return nil
