@@ -5,9 +5,11 @@ import (
 	"crypto"
 	"crypto/ed25519"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
@@ -70,5 +72,25 @@ func TestAttackLockDuringSigning(t *testing.T) {
 		t.Errorf("a grant (%s) left the daemon after LOCK answered %q", o.r.GrantID, msg)
 	} else {
 		wantCode(t, o.err, protocol.CodeLocked)
+	}
+}
+
+// TestAttackLockReasonCutMidRune: a reason longer than maxLockReason is cut
+// at a byte count, which can split a UTF-8 sequence: the lock then holds
+// invalid UTF-8, which every JSON encoder on its way (the reply, the lock
+// file, the audit record, HELLO) turns into U+FFFD, and which a terminal
+// or notification shows as garbage.
+func TestAttackLockReasonCutMidRune(t *testing.T) {
+	h := newHarness(t)
+	reason := "a" + strings.Repeat("é", 150)
+	if _, _, err := h.client().Lock(ctxT(t), reason); err != nil {
+		t.Fatal(err)
+	}
+	st, ok := h.srv.LockState()
+	if !ok {
+		t.Fatal("not locked")
+	}
+	if !utf8.ValidString(st.Reason) {
+		t.Errorf("the lock's reason is not valid UTF-8: %q", st.Reason[len(st.Reason)-8:])
 	}
 }
