@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
@@ -49,7 +50,7 @@ type lockFile struct {
 	At      int64  `json:"at"`
 }
 
-// maxLockReason bounds the reason an approver gives; it goes into the audit
+// maxLockReason bounds the reason an approver gives, in runes; it goes into the audit
 // log and onto every refusal's message.
 const maxLockReason = 200
 
@@ -161,10 +162,8 @@ var ErrLockNotDurable = errors.New("the lock holds, but the lock file could not 
 // the waiting requests (drainLocked), so that the lock's record comes first
 // in the log.
 func (s *Server) lockNow(a Approval, reason string) (st LockState, already bool, err error) {
-	reason = safe(strings.TrimSpace(reason))
-	if len(reason) > maxLockReason {
-		reason = reason[:maxLockReason] + "…"
-	}
+	// Cut by runes, visibly, never inside a UTF-8 sequence or an escape.
+	reason = grant.SafeText(strings.TrimSpace(reason), maxLockReason)
 	s.lock.mu.Lock()
 	if s.lock.cur != nil {
 		st := *s.lock.cur
