@@ -55,7 +55,10 @@ type lockFile struct {
 const maxLockReason = 200
 
 type lockState struct {
-	mu   sync.Mutex
+	// mu is held for reading by a grant's release (Server.finish) from
+	// its lock check to its durable record, so that a LOCK waits for the
+	// grants already being released and every grant after it is discarded.
+	mu   sync.RWMutex
 	path string // "" keeps the lock in memory only (no state folder)
 	cur  *LockState
 }
@@ -122,8 +125,8 @@ func (s *Server) loadLock(state string) {
 
 // LockState returns the lock in force, if any.
 func (s *Server) LockState() (LockState, bool) {
-	s.lock.mu.Lock()
-	defer s.lock.mu.Unlock()
+	s.lock.mu.RLock()
+	defer s.lock.mu.RUnlock()
 	if s.lock.cur == nil {
 		return LockState{}, false
 	}
