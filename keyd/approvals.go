@@ -141,6 +141,28 @@ func (s *Server) watch(r *request) (*protocol.Frame, error) {
 	for _, v := range s.queue.list() {
 		w.Pending(v)
 	}
+	// Attack: a user whose approver role a reload took away keeping a
+	// WATCH it opened before, and with it every waiting request. The role
+	// is checked again, under the configuration in force, before each
+	// event goes out (the first one included: a reload may have come
+	// since the role was read).
+	var cfg *Config
+	stillApprover := func() bool {
+		if r.caller.Device != "" {
+			return true
+		}
+		if now := s.cfg.Load(); now != cfg {
+			cfg = now
+			if !cfg.roles(r.caller.Identity).Approver {
+				return false
+			}
+		}
+		return true
+	}
+	revoked := func() error {
+		return &protocol.Error{Code: protocol.CodeForbidden,
+			Message: fmt.Sprintf("%s is no longer an approver under the reloaded configuration; the WATCH ended", r.caller.phrase())}
+	}
 	for {
 		select {
 		case cp, ok := <-checkpoints:
@@ -148,8 +170,14 @@ func (s *Server) watch(r *request) (*protocol.Frame, error) {
 				checkpoints = nil
 				continue
 			}
+			if !stillApprover() {
+				return nil, revoked()
+			}
 			r.event("checkpoint", cp)
 		case ev := <-w.events:
+			if !stillApprover() {
+				return nil, revoked()
+			}
 			r.event(ev.message, ev.data)
 		case <-w.lost:
 			s.logf("approver %s fell behind its WATCH feed; closing it", r.caller.name())

@@ -109,6 +109,11 @@ var errPageFull = errors.New("page full")
 func readAuditPage(files auditFiles, f audit.Filter, limit int) (protocol.AuditPage, error) {
 	page := protocol.AuditPage{Records: []json.RawMessage{}, Lines: []string{}}
 	head := files.Head().Seq
+	if f.FromSeq > head+1 {
+		// Past the head: nothing to read (a follower ahead of the log).
+		page.Next, page.Head = f.FromSeq, head
+		return page, nil
+	}
 	size := 0
 	err := audit.Read(files.Path(), f, func(line []byte, rec *audit.Record) error {
 		if len(page.Records) >= limit || size+len(line) > protocol.MaxAuditPageBytes {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
@@ -49,12 +50,15 @@ type lockFile struct {
 	At      int64  `json:"at"`
 }
 
-// maxLockReason bounds the reason an approver gives; it goes into the audit
+// maxLockReason bounds the reason an approver gives, in runes; it goes into the audit
 // log and onto every refusal's message.
 const maxLockReason = 200
 
 type lockState struct {
-	mu   sync.Mutex
+	// mu is held for reading by a grant's release (Server.finish) from
+	// its lock check to its durable record, so that a LOCK waits for the
+	// grants already being released and every grant after it is discarded.
+	mu   sync.RWMutex
 	path string // "" keeps the lock in memory only (no state folder)
 	cur  *LockState
 }
@@ -121,8 +125,8 @@ func (s *Server) loadLock(state string) {
 
 // LockState returns the lock in force, if any.
 func (s *Server) LockState() (LockState, bool) {
-	s.lock.mu.Lock()
-	defer s.lock.mu.Unlock()
+	s.lock.mu.RLock()
+	defer s.lock.mu.RUnlock()
 	if s.lock.cur == nil {
 		return LockState{}, false
 	}
@@ -161,10 +165,8 @@ var ErrLockNotDurable = errors.New("the lock holds, but the lock file could not 
 // the waiting requests (drainLocked), so that the lock's record comes first
 // in the log.
 func (s *Server) lockNow(a Approval, reason string) (st LockState, already bool, err error) {
-	reason = safe(strings.TrimSpace(reason))
-	if len(reason) > maxLockReason {
-		reason = reason[:maxLockReason] + "…"
-	}
+	// Cut by runes, visibly, never inside a UTF-8 sequence or an escape.
+	reason = grant.SafeText(strings.TrimSpace(reason), maxLockReason)
 	s.lock.mu.Lock()
 	if s.lock.cur != nil {
 		st := *s.lock.cur

@@ -127,8 +127,26 @@ func (s *Server) run(r *request) (*protocol.Frame, error) {
 func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol.Frame, error) {
 	rec := &r.rec
 	if err == nil && r.issued {
+		// Attack: a grant signed while the human pressed Stop (a slow key
+		// service, an approval a moment before) leaving after LOCK said
+		// that nothing would. The lock is checked once the grant is
+		// signed, and a LOCK waits for the grants already past this
+		// check to be recorded (lockState.mu).
+		s.lock.mu.RLock()
+		if st := s.lock.cur; st != nil {
+			s.lock.mu.RUnlock()
+			e := lockedError(*st)
+			rec.Kind, rec.Decision, rec.Message = audit.KindDeny, string(e.Code), "signed, then discarded: the daemon was locked before the grant left"
+			if _, aerr := s.audit.Append(*rec); aerr != nil {
+				s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, aerr)
+			}
+			r.settle(e)
+			return nil, e
+		}
 		// Property 2: the grant leaves only once its record is durable.
-		if _, aerr := s.audit.Append(*rec); aerr != nil {
+		_, aerr := s.audit.Append(*rec)
+		s.lock.mu.RUnlock()
+		if aerr != nil {
 			s.logf("audit append failed, grant %s discarded: %v", rec.GrantID, aerr)
 			reply, err = nil, s.unavailableAudit(aerr)
 		}

@@ -68,11 +68,74 @@ func Read(path string, f Filter, fn func(line []byte, rec *Record) error) error 
 		if !s.Active && i+1 < len(segs) && segs[i+1].First != 0 && segs[i+1].First <= f.FromSeq {
 			continue // every record of s is before FromSeq
 		}
-		if _, err := readFile(s.Path, 0, &f, fn); err != nil {
+		file, err := os.Open(s.Path)
+		if err != nil {
+			return fmt.Errorf("audit log: %w", err)
+		}
+		var off int64
+		if f.FromSeq > 1 {
+			off = seekSeq(file, f.FromSeq)
+		}
+		_, err = readFrom(file, s.Path, off, &f, fn)
+		file.Close()
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// seekSeq returns the offset of a line start in file before which every
+// record has a seq below from, found by bisecting the file on the seq each
+// line starts with, so that a reader after the last records of a long
+// segment reads a few of its lines, not all of them. Records follow each
+// other in seq order; a line that does not start with a seq (a torn or
+// NUL-filled tail, a record written otherwise) only stops the search
+// early. What lies from the offset on is read and filtered as usual, so
+// the offset is an optimization and never decides what is returned.
+func seekSeq(file *os.File, from uint64) int64 {
+	fi, err := file.Stat()
+	if err != nil {
+		return 0
+	}
+	buf := make([]byte, MaxRecord+64)
+	lo, hi := int64(0), fi.Size()
+	for hi-lo > int64(len(buf)) {
+		mid := lo + (hi-lo)/2
+		n, _ := file.ReadAt(buf, mid)
+		nl := bytes.IndexByte(buf[:n], '\n')
+		if nl < 0 {
+			hi = mid
+			continue
+		}
+		start := mid + int64(nl) + 1
+		seq, ok := lineSeq(buf[nl+1 : n])
+		switch {
+		case start >= hi || !ok || seq >= from:
+			hi = mid
+		default:
+			lo = start
+		}
+	}
+	return lo
+}
+
+// lineSeq reads the seq a record line starts with, {"seq":N, written as
+// the log writes it (no sign, no leading zero).
+func lineSeq(b []byte) (uint64, bool) {
+	rest, ok := bytes.CutPrefix(b, []byte(`{"seq":`))
+	if !ok {
+		return 0, false
+	}
+	digits, _, ok := bytes.Cut(rest[:min(len(rest), 21)], []byte(","))
+	if !ok {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(string(digits), 10, 64)
+	if err != nil || strconv.FormatUint(seq, 10) != string(digits) {
+		return 0, false
+	}
+	return seq, true
 }
 
 // readFile reads the complete lines of the file at name from offset off,
