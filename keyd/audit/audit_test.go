@@ -762,3 +762,94 @@ func BenchmarkOpenAudit(b *testing.B) {
 		})
 	}
 }
+
+// TestAuditLeaderHandOff appends from many goroutines while the writer
+// goroutine keeps taking the log for itself (checkpoints every few records,
+// explicit checkpoints and fold flushes from another goroutine, folded
+// refusals), so that appenders often find it busy: every Append must
+// return, within the deadline, with a seq of its own, and the log verify.
+// An appender that finds the log busy waits to be told to commit; one
+// left waiting would hang this test.
+func TestAuditLeaderHandOff(t *testing.T) {
+	clock := newTestClock()
+	o := signedOptions(clock)
+	o.CheckpointEvery = 7
+	o.Preallocate = 4 << 10
+	path := filepath.Join(t.TempDir(), "audit.log")
+	l := openWith(t, o, path)
+	const goroutines, each = 48, 40
+	var (
+		mu   sync.Mutex
+		seen = map[uint64]bool{}
+		wg   sync.WaitGroup
+		errs = make(chan error, goroutines+1)
+	)
+	stop := make(chan struct{})
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var err error
+			if i%2 == 0 {
+				_, err = l.Checkpoint()
+			} else {
+				err = l.FlushFolds()
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				rec := Record{Kind: KindIssue, RequestID: fmt.Sprintf("%d-%d", g, i)}
+				if i%5 == 0 {
+					if _, _, err := l.AppendFolded(Record{Kind: KindRequest, Verb: "HELLO", Decision: "ok"}); err != nil {
+						errs <- err
+						return
+					}
+				}
+				seq, err := l.Append(rec)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				if seen[seq] {
+					errs <- fmt.Errorf("seq %d returned twice", seq)
+				}
+				seen[seq] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(60 * time.Second):
+		t.Fatal("appends still waiting after 60 s: an appender was left waiting")
+	}
+	close(stop)
+	<-busy
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	if len(seen) != goroutines*each {
+		t.Fatalf("%d distinct seqs, want %d", len(seen), goroutines*each)
+	}
+	if _, err := Verify(path, VerifyOptions{Key: testPub("daemon")}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -99,7 +99,7 @@ func foldKey(rec Record) string {
 }
 
 // flushFolds writes a record for every run whose window ended (every run,
-// with all), on the writer goroutine. Runs whose record cannot be written
+// with all), holding wmu. Runs whose record cannot be written
 // are kept, counts and all, for the next attempt.
 func (l *Log) flushFolds(all bool) error {
 	now := l.now()

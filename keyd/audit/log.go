@@ -133,9 +133,10 @@ type Head struct {
 //
 // Append returns only after its record is written and fsynced, so the
 // daemon calls it before a grant leaves the process and refuses the request
-// when it fails. Concurrent appends are committed in groups by a single
-// writer goroutine: it takes every record waiting in its queue, writes them
-// with one write, fsyncs once, and then answers every waiter. When a write or
+// when it fails. Concurrent appends are committed in groups: the first
+// appender to find the log idle takes every record waiting by then, writes
+// them with one write, fsyncs once, and then answers every waiter; one
+// that queued meanwhile commits the next group. When a write or
 // fsync fails, the file is truncated back to the end of the last committed
 // record, so no partial line is left behind, and every record of the group
 // gets the error. If even that truncation fails (a read-only filesystem),
@@ -152,14 +153,20 @@ type Log struct {
 	pub  ed25519.PublicKey // the signer's key, or nil
 	now  func() time.Time
 
-	queue chan *request
-	ctl   chan func()
-	done  chan struct{} // closed when the writer goroutine has returned
+	ctl  chan func()
+	stop chan struct{} // closed by Close: the writer goroutine finishes
+	done chan struct{} // closed when the writer goroutine has returned
 
-	mu     sync.RWMutex // guards closed; held for reading while sending on queue or ctl
+	mu     sync.RWMutex // guards closed; held for reading while queueing a record or sending on ctl
 	closed bool
 
-	// Owned by the writer goroutine once Open returns.
+	pmu     sync.Mutex
+	pending []*request // records queued for the next commit, in order
+
+	// wmu is held by whoever writes: an appender committing the pending
+	// records (the leader), or the writer goroutine (ticks, do, Close).
+	// What follows is guarded by it once Open returns.
+	wmu      sync.Mutex
 	f        *os.File
 	seq      uint64
 	head     string
@@ -199,6 +206,7 @@ type request struct {
 	seq      uint64
 	err      error
 	done     chan struct{} // nil for internal records
+	lead     chan struct{} // (buffer 1) its appender is to try to commit the pending records
 }
 
 // Open opens the audit log at path with the zero Options: no checkpoints,
@@ -254,13 +262,13 @@ func (o Options) Open(path string) (*Log, error) {
 		o.Rand = rand.Reader
 	}
 	l := &Log{
-		path:  path,
-		dir:   filepath.Dir(path),
-		o:     o,
-		now:   o.Now,
-		queue: make(chan *request, 256),
-		ctl:   make(chan func()),
-		done:  make(chan struct{}),
+		path: path,
+		dir:  filepath.Dir(path),
+		o:    o,
+		now:  o.Now,
+		ctl:  make(chan func()),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
 	}
 	if o.Signer != nil {
 		pub, ok := o.Signer.Public().(ed25519.PublicKey)
@@ -811,7 +819,7 @@ func (l *Log) cutTorn(off int64) error {
 	return nil
 }
 
-// do runs fn on the writer goroutine and returns its error.
+// do runs fn on the writer goroutine, holding wmu, and returns its error.
 func (l *Log) do(fn func() error) error {
 	l.mu.RLock()
 	if l.closed {
@@ -829,17 +837,92 @@ func (l *Log) do(fn func() error) error {
 // MaxRecord). On error the record is not in the log and the caller must not
 // release what the record describes; an error wrapping ErrUnavailable means
 // "not now" (see there).
+//
+// The record is committed by the first appender that finds the log idle,
+// with every record queued by then, in one write and fsync (a group
+// commit); the others wait for it. No other goroutine is woken to write:
+// under load each hand-off cost the daemon a wake-up of a thread.
 func (l *Log) Append(rec Record) (seq uint64, err error) {
-	req := &request{rec: rec, done: make(chan struct{})}
+	req := &request{rec: rec, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	l.mu.RLock()
 	if l.closed {
 		l.mu.RUnlock()
 		return 0, ErrClosed
 	}
-	l.queue <- req
+	l.pmu.Lock()
+	l.pending = append(l.pending, req)
+	l.pmu.Unlock()
 	l.mu.RUnlock()
-	<-req.done
-	return req.seq, req.err
+	for {
+		if l.wmu.TryLock() {
+			l.lead(req)
+		}
+		select {
+		case <-req.done:
+			return req.seq, req.err
+		case <-req.lead:
+		}
+	}
+}
+
+// lead commits the pending records, in groups of at most maxBatch, until
+// own is among the committed, then hands on (unlockWriter). It holds wmu.
+func (l *Log) lead(own *request) {
+	defer func() {
+		if r := recover(); r != nil {
+			// A bug while writing stopped the daemon when the writer
+			// goroutine wrote, and still does: the appender's own
+			// goroutine may recover from panics (a request handler
+			// does), which would leave wmu held and every later
+			// Append waiting.
+			go func() { panic(r) }()
+			select {}
+		}
+	}()
+	for {
+		if own != nil && committed(own) {
+			break // by a leader before us: the rest is for others to lead
+		}
+		l.pmu.Lock()
+		n := min(len(l.pending), maxBatch)
+		batch := l.pending[:n:n]
+		l.pending = l.pending[n:]
+		if len(l.pending) == 0 {
+			l.pending = nil // drop the array the batches came from
+		}
+		l.pmu.Unlock()
+		if n == 0 {
+			break
+		}
+		l.commit(batch)
+		l.maintain(false)
+	}
+	l.unlockWriter()
+}
+
+// committed reports whether r's commit has ended (its done is closed).
+func committed(r *request) bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// unlockWriter releases wmu and tells the appender of the oldest pending
+// record, if any, to commit: records queued while wmu was held, whose
+// appenders found the log busy, are not left waiting.
+func (l *Log) unlockWriter() {
+	l.wmu.Unlock()
+	l.pmu.Lock()
+	if len(l.pending) > 0 {
+		select {
+		case l.pending[0].lead <- struct{}{}:
+		default: // told already
+		}
+	}
+	l.pmu.Unlock()
 }
 
 // Head returns the seq and hash of the last committed record.
@@ -903,7 +986,7 @@ func (l *Log) Close() error {
 		return ErrClosed
 	}
 	l.closed = true
-	close(l.queue)
+	close(l.stop)
 	l.mu.Unlock()
 	<-l.done
 	err := l.closeErr
@@ -922,7 +1005,7 @@ func (l *Log) closeQuiet() {
 	l.quiet.Store(true)
 	l.mu.Lock()
 	l.closed = true
-	close(l.queue)
+	close(l.stop)
 	l.mu.Unlock()
 	<-l.done
 	l.wit.stop(nil)
@@ -940,45 +1023,31 @@ func (l *Log) writer() {
 	}
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
-	batch := make([]*request, 0, maxBatch)
 	for {
 		select {
-		case req, ok := <-l.queue:
-			if !ok {
-				l.finish()
-				return
-			}
-			batch = append(batch[:0], req)
-			open := true
-		drain:
-			for len(batch) < maxBatch {
-				select {
-				case r, ok := <-l.queue:
-					if !ok {
-						open = false
-						break drain
-					}
-					batch = append(batch, r)
-				default:
-					break drain
-				}
-			}
-			l.commit(batch)
-			l.maintain(false)
-			if !open {
-				l.finish()
-				return
-			}
+		case <-l.stop:
+			// No record is queued after closed is set: commit what is
+			// pending, then the stop checkpoint.
+			l.wmu.Lock()
+			l.lead(nil)
+			l.wmu.Lock()
+			l.finish()
+			l.wmu.Unlock()
+			return
 		case fn := <-l.ctl:
+			l.wmu.Lock()
 			fn()
+			l.unlockWriter()
 		case <-ticker.C:
+			l.wmu.Lock()
 			l.maintain(true)
+			l.unlockWriter()
 		}
 	}
 }
 
-// finish runs when the queue is closed and drained: it writes what folds
-// still count and the stop checkpoint.
+// finish runs when the log is closed and nothing is pending: it writes what
+// folds still count and the stop checkpoint. It holds wmu.
 func (l *Log) finish() {
 	if l.quiet.Load() {
 		return

@@ -92,7 +92,7 @@ func Segments(path string) ([]Segment, error) {
 
 // rotate closes the active segment under its closed name and starts a new
 // one whose first record is a checkpoint of the closed one's last record.
-// It runs on the writer goroutine.
+// It runs holding wmu.
 func (l *Log) rotate() error {
 	if err := l.ready(); err != nil {
 		return err
