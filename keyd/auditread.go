@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
@@ -30,6 +31,48 @@ type checkpointFeed interface {
 	LastCheckpoint() *audit.Checkpoint
 }
 
+// maxAuditReads is how many AUDIT requests of one uid the daemon serves at
+// once: each may wait up to auditWait, or read every segment.
+const maxAuditReads = 2
+
+// auditReaders counts the AUDIT requests in progress per uid.
+type auditReaders struct {
+	mu sync.Mutex
+	n  map[uint32]int
+}
+
+func (a *auditReaders) acquire(uid uint32) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n[uid] >= maxAuditReads {
+		return false
+	}
+	if a.n == nil {
+		a.n = map[uint32]int{}
+	}
+	a.n[uid]++
+	return true
+}
+
+func (a *auditReaders) release(uid uint32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n[uid]--; a.n[uid] <= 0 {
+		delete(a.n, uid)
+	}
+}
+
+// inUse returns how many AUDIT requests are in progress.
+func (a *auditReaders) inUse() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	total := 0
+	for _, n := range a.n {
+		total += n
+	}
+	return total
+}
+
 // auditWait bounds how long an AUDIT with "wait" waits for a new record,
 // and auditPoll how often it looks.
 const (
@@ -44,6 +87,16 @@ func (s *Server) auditRead(r *request) (*protocol.Frame, error) {
 	if err := r.requireApprover(); err != nil {
 		return nil, err
 	}
+	// Attack: an approver's user (perhaps an agent running as the
+	// human's user) opening AUDIT reads by the dozen, each waiting or
+	// scanning every segment. A few run at a time per uid.
+	uid := r.caller.Identity.UID
+	if !s.auditReads.acquire(uid) {
+		return nil, &protocol.Error{Code: protocol.CodeLimit, Retry: 1,
+			Message: fmt.Sprintf("%s already has %d audit reads in progress", r.caller.phrase(), maxAuditReads),
+			Fix:     "wait for them to end: one reader that follows the log is enough"}
+	}
+	defer s.auditReads.release(uid)
 	files, ok := s.audit.(auditFiles)
 	if !ok {
 		return nil, &protocol.Error{Code: protocol.CodeUnavailable, Message: "this daemon keeps no audit log it can read back"}

@@ -64,6 +64,8 @@ type Server struct {
 	slots    share         // connection slots (connLimits)
 	frames   share         // buffered frame bytes (frameLimits)
 	identify chan struct{} // bounds the identities read at once
+
+	auditReads auditReaders // AUDIT requests in progress, per uid
 }
 
 // newServer returns a server ready to Serve. It refuses a missing signer,
