@@ -3,8 +3,9 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
-	"reflect"
 	"testing"
+
+	"github.com/parley-keyd/parley-keyd/internal/testfill"
 )
 
 // FuzzAppendRecord checks that appendRecord writes exactly the bytes that
@@ -85,8 +86,7 @@ func plainRecord(rec *Record) bool {
 // than vanishing from the log.
 func TestAppendRecordKnowsEveryField(t *testing.T) {
 	var rec Record
-	fill(t, reflect.ValueOf(&rec).Elem())
-	rec.Cut, rec.Folded, rec.Checkpoint = nil, nil, nil
+	testfill.Fill(t, &rec, "Cut", "Folded", "Checkpoint")
 	want, err := json.Marshal(&rec)
 	if err != nil {
 		t.Fatal(err)
@@ -94,38 +94,5 @@ func TestAppendRecordKnowsEveryField(t *testing.T) {
 	got, ok := appendRecord(nil, &rec)
 	if !ok || !bytes.Equal(got, want) {
 		t.Fatalf("appendRecord (ok %v) wrote\n%s\nencoding/json writes\n%s", ok, got, want)
-	}
-}
-
-func fill(t *testing.T, v reflect.Value) {
-	switch v.Kind() {
-	case reflect.String:
-		v.SetString("x")
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		v.SetUint(1)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		v.SetInt(1)
-	case reflect.Bool:
-		v.SetBool(true)
-	case reflect.Slice:
-		if v.Type() == reflect.TypeOf(json.RawMessage(nil)) {
-			v.SetBytes([]byte(`[1]`))
-			return
-		}
-		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
-		fill(t, v.Index(0))
-	case reflect.Map:
-		v.Set(reflect.MakeMap(v.Type()))
-	case reflect.Pointer:
-		v.Set(reflect.New(v.Type().Elem()))
-		fill(t, v.Elem())
-	case reflect.Struct:
-		for i := 0; i < v.NumField(); i++ {
-			if v.Type().Field(i).IsExported() {
-				fill(t, v.Field(i))
-			}
-		}
-	default:
-		t.Fatalf("no filler for %s", v.Type())
 	}
 }
