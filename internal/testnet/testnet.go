@@ -185,12 +185,27 @@ func (n *NS) waitUp(t testing.TB) {
 		ln, err := net.Listen("tcp", net.JoinHostPort(n.HostIP.String(), "0"))
 		if err == nil {
 			ln.Close()
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the veth address %s never became usable: %v", n.HostIP, err)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the kernel's address state
+	}
+	// The kernel gives each veth end an IPv6 link-local address that stays
+	// tentative until duplicate address detection ends, about a second
+	// later; the address then changes, and a browser started in the
+	// namespace meanwhile sees its network change and aborts a page load
+	// (net::ERR_NETWORK_CHANGED). Wait until no address is tentative.
+	for {
+		out, err := exec.Command("ip", "-n", n.Name, "-6", "addr", "show", "tentative").CombinedOutput()
+		if err == nil && len(strings.TrimSpace(string(out))) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("in %s, an IPv6 address is still tentative: %v: %s", n.Name, err, strings.TrimSpace(string(out)))
+		}
+		time.Sleep(20 * time.Millisecond) // polling the kernel's address state
 	}
 }
 
