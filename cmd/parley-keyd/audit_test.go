@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,9 +41,10 @@ func TestAuditScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"rc":     cmdRC,
-			"mklog":  cmdMklog,
-			"tamper": cmdTamper,
+			"rc":            cmdRC,
+			"mklog":         cmdMklog,
+			"tamper":        cmdTamper,
+			"segcheckpoint": cmdSegCheckpoint,
 		},
 	})
 }
@@ -260,4 +262,27 @@ func TestCLIAuditShowFollow(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("show --follow after SIGINT: %v", err)
 	}
+}
+
+// cmdSegCheckpoint writes the checkpoint a segment starts with (its first
+// record covers the segment before it) to OUT, one JSON line, as a witness
+// keeps it:
+//
+//	segcheckpoint SEGMENT OUT
+//
+// Taken from the log, not from a witness: a witness is handed the latest
+// checkpoint and may skip one that a later one covers.
+func cmdSegCheckpoint(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: segcheckpoint SEGMENT OUT")
+	}
+	data, err := os.ReadFile(ts.MkAbs(args[0]))
+	ts.Check(err)
+	first, _, _ := strings.Cut(string(data), "\n")
+	var rec audit.Record
+	ts.Check(json.Unmarshal([]byte(first), &rec))
+	if rec.Checkpoint == nil {
+		ts.Fatalf("%s does not start with a checkpoint: %s", args[0], first)
+	}
+	ts.Check(os.WriteFile(ts.MkAbs(args[1]), append(rec.Checkpoint.Marshal(), '\n'), 0o600))
 }
