@@ -23,6 +23,13 @@ func TestCommandWitness(t *testing.T) {
 	o.Witnesses = []Witness{CommandWitness{Argv: []string{"/bin/sh", "-c", script, "witness", fail, got}}}
 	path := filepath.Join(t.TempDir(), "audit.log")
 	l := openWith(t, o, path)
+	// A witness is handed the latest checkpoint: let it take the create
+	// checkpoint before a later one can stand for it.
+	waitFor(t, "the witness to take the create checkpoint", func() bool {
+		l.wit.mu.Lock()
+		defer l.wit.mu.Unlock()
+		return l.wit.haveAny[0]
+	})
 	auditTestAppend(t, l, Record{Kind: KindStart})
 	cp1, err := l.Checkpoint()
 	if err != nil {
