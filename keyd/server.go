@@ -127,10 +127,14 @@ func (s *Server) Subscribe(n Notifier) (cancel func()) { return s.queue.subscrib
 func (s *Server) Pending() []protocol.PendingView { return s.queue.list() }
 
 // Serve accepts connections on ln until ln is closed or Shutdown is called.
+// ln is closed when Serve returns (a Unix socket's file is removed with it).
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
+		// Shutdown came before Serve could register ln (a SIGTERM right
+		// after start): it closed the listeners it knew, not this one.
+		ln.Close()
 		return errors.New("keyd: server is shutting down")
 	}
 	s.listeners[ln] = struct{}{}

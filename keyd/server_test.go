@@ -952,3 +952,27 @@ func TestReviewAuditRecordBounded(t *testing.T) {
 		t.Errorf("audit record holds %d bytes of the request", n)
 	}
 }
+
+// TestServeAfterShutdownClosesListener: a SIGTERM right after start can
+// reach Shutdown before Serve has registered its listener. Serve then
+// refuses, and closes the listener, so the socket file does not outlive the
+// daemon (seen once: the file left behind after a clean stop).
+func TestServeAfterShutdownClosesListener(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "late.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.Serve(ln); err == nil {
+		t.Fatal("Serve after Shutdown accepted")
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket file outlived Serve: %v", err)
+	}
+}
