@@ -959,6 +959,11 @@ func TestReviewAuditRecordBounded(t *testing.T) {
 // daemon (seen once: the file left behind after a clean stop).
 func TestServeAfterShutdownClosesListener(t *testing.T) {
 	h := newHarness(t)
+	// The harness's own listener is served first (a HELLO answered), so
+	// that only the late one below meets the shutdown.
+	if _, err := h.client().Hello(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := h.srv.Shutdown(ctx); err != nil {
