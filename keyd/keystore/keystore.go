@@ -118,35 +118,12 @@ func Init(dir string, passphrase []byte) (pub ed25519.PublicKey, err error) {
 
 	plain := marshal(seed, pub)
 	defer clear(plain)
-	contents := plain
-	if len(passphrase) > 0 {
-		contents, err = encrypt(plain, passphrase)
-		if err != nil {
-			return nil, err
-		}
+	// A new file (O_EXCL): if another init raced us, its key stays and
+	// ours is dropped.
+	if err := writeKeyFile(dir, plain, passphrase, false); err != nil {
+		return nil, err
 	}
-
-	// O_EXCL: if another init raced us, its key stays and ours is dropped.
-	f, err := os.OpenFile(keyPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("%w in %s (refusing to overwrite it)", ErrKeyExists, keyPath)
-		}
-		return nil, fmt.Errorf("write principal key: %w", err)
-	}
-	err = f.Chmod(0o600)
-	if err == nil {
-		_, err = f.Write(contents)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = writePub(dir, pub)
-	}
+	err = writePub(dir, pub)
 	if err == nil {
 		err = durable.SyncDir(dir)
 	}
