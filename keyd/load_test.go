@@ -489,21 +489,38 @@ func TestLoadMixed(t *testing.T) {
 
 	// The audit log verifies, and holds every grant any client received and
 	// every request withdrawn by a client that left.
-	recs := auditRecords(t, h)
-	issued := map[string]bool{}
+	// Withdrawals alike in all but their ids and times are folded into one
+	// counted record, never dropped; a run of them still counting is
+	// written by FlushFolds. A withdrawal is recorded once its handler
+	// sees the client gone, which may come just after the client counted
+	// it: the count is read again until it matches or a deadline passes.
+	var recs []audit.Record
 	withdrawn := 0
+	countWithdrawn := func() bool {
+		if err := h.srv.AuditLog().FlushFolds(); err != nil {
+			t.Fatal(err)
+		}
+		recs = auditRecords(t, h)
+		withdrawn = 0
+		for _, r := range recs {
+			if r.Kind == audit.KindWithdrawn {
+				withdrawn++
+				if r.Folded != nil {
+					withdrawn += r.Folded.Count - 1
+				}
+			}
+		}
+		return int64(withdrawn) == stats.withdrawn.Load()
+	}
+	for deadline := time.Now().Add(10 * time.Second); !countWithdrawn() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond) // polling the log for late withdrawal records
+	}
+	issued := map[string]bool{}
 	for _, r := range recs {
 		switch r.Kind {
 		case audit.KindIssue:
 			issued[r.GrantID] = true
-		case audit.KindWithdrawn:
-			// Withdrawals alike in all but their ids and times are folded
-			// into one counted record, never dropped.
-			withdrawn++
-			if r.Folded != nil {
-				withdrawn += r.Folded.Count - 1
-			}
-		case audit.KindDeny, audit.KindStart, audit.KindCheckpoint, audit.KindRequest, audit.KindDecide:
+		case audit.KindWithdrawn, audit.KindDeny, audit.KindStart, audit.KindCheckpoint, audit.KindRequest, audit.KindDecide:
 		default:
 			t.Errorf("unexpected audit record %+v", r)
 		}
