@@ -508,8 +508,15 @@ func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []gran
 }
 
 // decodeGrantReply decodes line in one pass if it is the GRANT reply to
-// request id, instead of a protocol.Frame first and its data after.
+// request id, instead of a protocol.Frame first and its data after: by hand
+// when it has the exact shape the daemon writes, else with encoding/json.
 func decodeGrantReply(id string, line []byte) (*protocol.GrantResult, bool) {
+	if re, res, ok := protocol.DecodeGrantReply(line); ok {
+		if re != id {
+			return nil, false
+		}
+		return res, true
+	}
 	var f struct {
 		Re   string                `json:"re"`
 		Kind string                `json:"kind"`

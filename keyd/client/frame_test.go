@@ -86,3 +86,37 @@ func TestGrantFrameByHand(t *testing.T) {
 		})
 	}
 }
+
+// TestGrantReplyByHand checks the client's reading of a GRANT reply: the
+// daemon's reply to this request is read (in one pass, or through
+// encoding/json when it is not in the daemon's exact shape) to the same
+// result, and a reply to another request is left to the general path.
+func TestGrantReplyByHand(t *testing.T) {
+	res := &protocol.GrantResult{Token: "eyJ.abc", GrantID: "g_1", Expires: 1790003600, Decision: "auto", Rule: "calendar-auto", RequestID: "r_1",
+		Caveats: []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find"), grant.Exp(1790003600)}}
+	fr, err := protocol.GrantReplyFrame(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr.ID, fr.Re = "r7", "7"
+	line, err := protocol.EncodeFrame(fr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := protocol.DecodeGrantReply(line); !ok {
+		t.Fatal("the daemon's reply is not read in one pass")
+	}
+	spaced := bytes.Replace(line, []byte(`"grant_id":`), []byte(`"grant_id": `), 1)
+	for _, l := range [][]byte{line, spaced} {
+		got, ok := decodeGrantReply("7", l)
+		if !ok {
+			t.Fatalf("decodeGrantReply declines\n%s", l)
+		}
+		if diff := cmp.Diff(res, got); diff != "" {
+			t.Errorf("decodeGrantReply(%s): -want +got\n%s", l, diff)
+		}
+		if got, ok := decodeGrantReply("8", l); ok || got != nil {
+			t.Errorf("the reply to request 7 was taken for request 8: %+v", got)
+		}
+	}
+}
