@@ -60,6 +60,9 @@ type Server struct {
 	closing   bool
 	wg        sync.WaitGroup
 	nconns    atomic.Int64
+	// Requests a connection's reader ran itself, and how many of those
+	// had reading move away (runInline); for tests.
+	inlineRuns, readMoves atomic.Int64
 
 	slots    share         // connection slots (connLimits)
 	frames   share         // buffered frame bytes (frameLimits)
@@ -257,6 +260,17 @@ type conn struct {
 	work     chan job // to a handler waiting for the next request
 	idsMu    sync.Mutex
 	ids      map[string]bool
+
+	// Reading the connection's frames: rs is its state, owned by the one
+	// goroutine reading at a time; inline says whether the reader is
+	// running a request itself (inlineRunning) and whether reading has
+	// moved away from it (inlineMoved); mover moves it, when it fires
+	// while a request runs; readEnd is closed when reading has ended for
+	// good.
+	rs      readState
+	inline  atomic.Int32
+	mover   *time.Timer
+	readEnd chan struct{}
 }
 
 func (s *Server) serveConn(nc *net.UnixConn) {
@@ -303,8 +317,14 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{s: s, nc: nc, id: id, agent: roles.Agent, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, maxInflight), bytes: semaphore.NewWeighted(maxInflightBytes), ids: map[string]bool{},
-		work: make(chan job)}
+		work: make(chan job), readEnd: make(chan struct{})}
 	c.free.Store(connAllowance)
+	c.inline.Store(inlineIdle)
+	c.mover = time.AfterFunc(time.Hour, c.moveReading)
+	c.mover.Stop()
+	c.rs = readState{clock: &frameClock{nc: nc}, timeout: cfg.FrameTimeout.Duration}
+	c.rs.fr = protocol.NewFrameReader(c.rs.clock)
+	c.rs.fr.Hold = c.hold
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -314,14 +334,85 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	defer func() {
-		// The client is gone: withdraw whatever it was waiting for.
-		cancel()
+		// The client is gone (reading has ended, and cancelled what it
+		// was waiting for): wait for its handlers.
 		c.handlers.Wait()
+		c.mover.Stop()
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
 	}()
-	c.readLoop()
+	if !c.readLoop() {
+		c.endReading()
+	}
+	<-c.readEnd
+}
+
+// readState is what reading a connection's frames keeps between frames.
+type readState struct {
+	clock   *frameClock
+	fr      *protocol.FrameReader
+	timeout time.Duration
+	// unclaimed is what the last frame holds while no handler has taken
+	// it over: given back before the next frame is read.
+	unclaimed frameHold
+}
+
+// endReading ends reading for good: what the last frame held is given back,
+// and whatever the client was waiting for is withdrawn.
+func (c *conn) endReading() {
+	c.release(c.rs.unclaimed)
+	c.rs.unclaimed = frameHold{}
+	c.cancel()
+	close(c.readEnd)
+}
+
+// A connection's reader runs a request itself, on its own goroutine, when
+// it is the only one the connection has in flight and no other frame is
+// waiting behind it: a client that sends one request at a time (most) then
+// costs no hand-off to another goroutine, which on a 2-core machine cost
+// the daemon a quarter of its CPU per grant in sequence (docs/performance.md).
+// While it runs the request nobody reads the connection; a request that
+// takes longer than inlineFor (one that waits for a human, for a slow disk
+// or key service) gets reading moved to a new goroutine, so that the
+// client's next frames, and its leaving, are seen as before.
+const inlineFor = 10 * time.Millisecond
+
+// The states of conn.inline.
+const (
+	inlineIdle    = iota // the reader reads
+	inlineRunning        // the reader runs a request
+	inlineMoved          // reading moved to another goroutine while it did
+)
+
+// runInline runs j on the reader's goroutine and reports whether reading
+// moved away meanwhile; then the caller must not read any more.
+func (c *conn) runInline(j job) (moved bool) {
+	c.handlers.Add(1)
+	c.s.inlineRuns.Add(1)
+	c.inline.Store(inlineRunning)
+	c.mover.Reset(inlineFor)
+	c.handle(j)
+	c.handlers.Done()
+	if c.inline.CompareAndSwap(inlineRunning, inlineIdle) {
+		c.mover.Stop()
+		return false
+	}
+	return true
+}
+
+// moveReading starts a goroutine that reads on, if the reader is still
+// running a request. (It may fire late, for an earlier request: the state
+// says whether any request is running now, and reading moves only then.)
+func (c *conn) moveReading() {
+	if c.inline.CompareAndSwap(inlineRunning, inlineMoved) {
+		c.s.readMoves.Add(1)
+		go func() {
+			if !c.readLoop() {
+				c.endReading()
+			}
+		}()
+	}
 }
 
 // errFrameBudget is a frame dropped because the daemon holds as many frame
@@ -415,18 +506,14 @@ func (k *frameClock) disarm() {
 	k.nc.SetReadDeadline(time.Time{})
 }
 
-func (c *conn) readLoop() {
-	clock := &frameClock{nc: c.nc}
-	fr := protocol.NewFrameReader(clock)
-	fr.Hold = c.hold
-	timeout := c.s.cfg.Load().FrameTimeout.Duration
-	// unclaimed is what the last frame holds while no handler has taken
-	// it over: given back before the next frame is read.
-	var unclaimed frameHold
-	defer func() { c.release(unclaimed) }()
+// readLoop reads and runs the connection's frames until the connection
+// ends, or until reading moves to another goroutine (it returns true).
+func (c *conn) readLoop() (moved bool) {
+	rs := &c.rs
+	clock, fr, timeout := rs.clock, rs.fr, rs.timeout
 	for {
-		c.release(unclaimed)
-		unclaimed = frameHold{}
+		c.release(rs.unclaimed)
+		rs.unclaimed = frameHold{}
 		whole, err := fr.Wait()
 		if !whole && err == nil {
 			// Attack: a client that starts a frame and never finishes it
@@ -443,7 +530,7 @@ func (c *conn) readLoop() {
 				clock.disarm()
 			}
 		}
-		unclaimed, c.held = c.held, frameHold{}
+		rs.unclaimed, c.held = c.held, frameHold{}
 		switch {
 		case errors.Is(err, protocol.ErrFrameTooLarge):
 			c.refuse("", "", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is larger than 1 MiB and was skipped"})
@@ -455,14 +542,14 @@ func (c *conn) readLoop() {
 			c.s.logf("pid %d did not send the rest of a frame within %s; closing its connection", c.id.PID, timeout)
 			c.refuse("", "", &protocol.Error{Code: protocol.CodeLimit,
 				Message: fmt.Sprintf("the rest of the frame did not arrive within %s; the connection is closed", timeout)})
-			return
+			return false
 		case err != nil:
 			// A client that leaves, with its reply still unread (a reset)
 			// or not, is no news; anything else is logged.
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) && c.ctx.Err() == nil {
 				c.s.logf("read from pid %d: %v", c.id.PID, err)
 			}
-			return
+			return false
 		}
 		if len(line) == 0 {
 			continue
@@ -513,12 +600,18 @@ func (c *conn) readLoop() {
 		if err := c.bytes.Acquire(c.ctx, size); err != nil {
 			<-c.sem
 			c.releaseID(f.ID)
-			return
+			return false
 		}
 		// The handler holds the frame's bytes in the budget until it has
 		// answered.
-		j := job{f: f, held: unclaimed, size: size}
-		unclaimed = frameHold{}
+		j := job{f: f, held: rs.unclaimed, size: size}
+		rs.unclaimed = frameHold{}
+		if len(c.sem) == 1 && fr.Buffered() == 0 && f.Verb != protocol.VerbWatch && f.Verb != protocol.VerbAudit {
+			if c.runInline(j) {
+				return true
+			}
+			continue
+		}
 		select {
 		case c.work <- j:
 			// A handler of this connection that finished its request

@@ -156,6 +156,10 @@ func NewFrameReader(r io.Reader) *FrameReader {
 	return &FrameReader{r: bufio.NewReaderSize(r, frameReadBuffer)}
 }
 
+// Buffered reports how many bytes the reader holds that Next has not
+// returned yet: more than zero when the client sent frames ahead.
+func (fr *FrameReader) Buffered() int { return fr.r.Buffered() }
+
 // ErrFrameTooLarge reports a frame over MaxFrame; the reader has already
 // skipped past it and stays usable.
 var ErrFrameTooLarge = errors.New("frame larger than 1 MiB")
