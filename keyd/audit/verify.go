@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -224,6 +225,15 @@ func VerifyChain(r io.Reader) (Head, error) {
 // verifyStream runs v over every line of r. It returns the number of NUL
 // bytes that end r, which it ignores.
 func verifyStream(v *verifier, r io.Reader) (nulTail int64, err error) {
+	return verifyLines(v, r, 0, nil)
+}
+
+// verifyLines is verifyStream over r, whose first byte is at offset off of
+// its file. settle, when set, is shown a line that looks damaged (raw: its
+// bytes, with its newline if it has one) before it is called damage; it
+// returns the file's bytes from the line's offset on if they have changed
+// since, and then the line is read again from there.
+func verifyLines(v *verifier, r io.Reader, off int64, settle func(off int64, raw []byte) io.Reader) (nulTail int64, err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, complete, err := readLine(br)
@@ -233,16 +243,68 @@ func verifyStream(v *verifier, r io.Reader) (nulTail int64, err error) {
 		if err != nil {
 			return 0, v.errorf("%v", err)
 		}
-		if !complete {
-			if allZero(line) {
-				return int64(len(line)), nil
+		if !complete && allZero(line) {
+			return int64(len(line)), nil
+		}
+		if settle != nil && (!complete || bytes.IndexByte(line, 0) >= 0) {
+			raw := line
+			if complete {
+				raw = append(line[:len(line):len(line)], '\n')
 			}
+			if again := settle(off, raw); again != nil {
+				br.Reset(again)
+				continue
+			}
+		}
+		if !complete {
 			return 0, v.errorf("incomplete last line (a crash during a write; opening the log cuts it)")
 		}
 		if err := v.full(line); err != nil {
 			return 0, err
 		}
+		off += int64(len(line)) + 1
 	}
+}
+
+// verifyFile reads a line that looks damaged again up to settleLine times,
+// after waits of settleFirst doubling each time (127 ms in all), and at
+// most settleTries times in all.
+const (
+	settleLine  = 7
+	settleTries = 32
+	settleFirst = time.Millisecond
+)
+
+// verifyFile is verifyStream over a file that a running daemon may be
+// writing. The daemon writes records in place over preallocated zeros, and
+// the kernel does not make a read atomic with a write: a reader can see a
+// record half copied, its start still NUL bytes and its end and newline
+// already there, or its start followed by NULs. Such a line is read again,
+// a few times over about 0.1 s: a write in progress changes it (the record
+// is then read whole), damage stays as it is and is reported, a little
+// later.
+// (TestVerifyWhileWriting.)
+func verifyFile(v *verifier, f *os.File) (nulTail int64, err error) {
+	tries := 0
+	settle := func(off int64, raw []byte) io.Reader {
+		for i, wait := 0, settleFirst; i < settleLine && tries < settleTries; i, wait = i+1, wait*2 {
+			tries++
+			time.Sleep(wait)
+			now := make([]byte, len(raw))
+			n, _ := f.ReadAt(now, off)
+			if n != len(raw) || !bytes.Equal(now, raw) {
+				return io.NewSectionReader(f, off, math.MaxInt64-off)
+			}
+			if !bytes.HasSuffix(raw, []byte("\n")) {
+				// An incomplete last line: has the file grown past it?
+				if n, _ := f.ReadAt(now[:1], off+int64(len(raw))); n > 0 {
+					return io.NewSectionReader(f, off, math.MaxInt64-off)
+				}
+			}
+		}
+		return nil
+	}
+	return verifyLines(v, f, 0, settle)
 }
 
 // VerifyOptions say what Verify checks a log against.
@@ -374,7 +436,7 @@ func Verify(path string, o VerifyOptions) (*Report, error) {
 			return nil, fmt.Errorf("audit log: %w", err)
 		}
 		v.newFile(filepath.Base(name), true)
-		nul, err := verifyStream(&v, f)
+		nul, err := verifyFile(&v, f)
 		f.Close()
 		if err != nil {
 			return nil, err
