@@ -265,18 +265,23 @@ type conn struct {
 	// goroutine reading at a time; inline says whether the reader is
 	// running a request itself (inlineRunning) and whether reading has
 	// moved away from it (inlineMoved); mover moves it, when it fires
-	// while a request runs; readEnd is closed when reading has ended for
-	// good.
-	rs      readState
-	inline  atomic.Int32
-	mover   *time.Timer
-	readEnd chan struct{}
+	// while a request runs.
+	rs     readState
+	inline atomic.Int32
+	mover  *time.Timer
 }
 
 func (s *Server) serveConn(nc *net.UnixConn) {
-	defer nc.Close()
 	s.nconns.Add(1)
-	defer s.nconns.Add(-1)
+	// Once the connection is served, its end is the business of the
+	// goroutine that ends reading it (conn.read).
+	served := false
+	defer func() {
+		if !served {
+			nc.Close()
+			s.nconns.Add(-1)
+		}
+	}()
 
 	// The caller's identity comes from the kernel (SO_PEERCRED), read once,
 	// before any byte of the request: nothing the client sends can change it.
@@ -313,11 +318,10 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 		s.writeRefusal(nc, &protocol.Error{Code: protocol.CodeLimit, Message: msg, Retry: 1})
 		return
 	}
-	defer s.slots.give(id.UID, roles.Agent, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{s: s, nc: nc, id: id, agent: roles.Agent, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, maxInflight), bytes: semaphore.NewWeighted(maxInflightBytes), ids: map[string]bool{},
-		work: make(chan job), readEnd: make(chan struct{})}
+		work: make(chan job)}
 	c.free.Store(connAllowance)
 	c.inline.Store(inlineIdle)
 	c.mover = time.AfterFunc(time.Hour, c.moveReading)
@@ -329,23 +333,38 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	if s.closing {
 		s.mu.Unlock()
 		cancel()
+		s.slots.give(id.UID, roles.Agent, 1)
 		return
 	}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
-	defer func() {
-		// The client is gone (reading has ended, and cancelled what it
-		// was waiting for): wait for its handlers.
-		c.handlers.Wait()
-		c.mover.Stop()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-	}()
-	if !c.readLoop() {
-		c.endReading()
+	served = true
+	c.read()
+}
+
+// read reads and runs the connection's frames. If reading moves to another
+// goroutine meanwhile, read returns; the goroutine that ends reading ends
+// the connection.
+func (c *conn) read() {
+	if c.readLoop() {
+		return
 	}
-	<-c.readEnd
+	c.endReading()
+	c.finish()
+}
+
+// finish ends the connection once its client is gone and reading has
+// ended (which withdrew what it was waiting for): it waits for its
+// handlers, then gives back what it holds of the daemon.
+func (c *conn) finish() {
+	c.handlers.Wait()
+	c.mover.Stop()
+	c.s.mu.Lock()
+	delete(c.s.conns, c)
+	c.s.mu.Unlock()
+	c.nc.Close()
+	c.s.slots.give(c.id.UID, c.agent, 1)
+	c.s.nconns.Add(-1)
 }
 
 // readState is what reading a connection's frames keeps between frames.
@@ -364,7 +383,6 @@ func (c *conn) endReading() {
 	c.release(c.rs.unclaimed)
 	c.rs.unclaimed = frameHold{}
 	c.cancel()
-	close(c.readEnd)
 }
 
 // A connection's reader runs a request itself, on its own goroutine, when
@@ -407,10 +425,13 @@ func (c *conn) runInline(j job) (moved bool) {
 func (c *conn) moveReading() {
 	if c.inline.CompareAndSwap(inlineRunning, inlineMoved) {
 		c.s.readMoves.Add(1)
+		// The goroutine reading until now is still running its request,
+		// and counts in s.wg until it returns: the count never drops to
+		// zero between the two.
+		c.s.wg.Add(1)
 		go func() {
-			if !c.readLoop() {
-				c.endReading()
-			}
+			defer c.s.wg.Done()
+			c.read()
 		}()
 	}
 }
