@@ -165,13 +165,38 @@ func TestAuditAppendRefusals(t *testing.T) {
 	auditTestVerifyFile(t, path)
 }
 
+// seqSet collects the seqs that concurrent appends returned, and refuses one
+// returned twice.
+type seqSet struct {
+	mu   sync.Mutex
+	seen map[uint64]bool
+}
+
+func (s *seqSet) add(seq uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen[seq] {
+		return fmt.Errorf("seq %d returned twice", seq)
+	}
+	if s.seen == nil {
+		s.seen = map[uint64]bool{}
+	}
+	s.seen[seq] = true
+	return nil
+}
+
+func (s *seqSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.seen)
+}
+
 func TestAuditConcurrentGroupCommit(t *testing.T) {
 	const goroutines, each = 200, 5
 	path := filepath.Join(t.TempDir(), "audit.log")
 	l := auditTestOpen(t, path)
 	var (
-		mu   sync.Mutex
-		seen = map[uint64]bool{}
+		seen seqSet
 		wg   sync.WaitGroup
 		errs = make(chan error, goroutines)
 	)
@@ -181,16 +206,13 @@ func TestAuditConcurrentGroupCommit(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				seq, err := l.Append(Record{Kind: KindIssue, RequestID: fmt.Sprintf("%d-%d", g, i)})
+				if err == nil {
+					err = seen.add(seq)
+				}
 				if err != nil {
 					errs <- err
 					return
 				}
-				mu.Lock()
-				if seen[seq] {
-					errs <- fmt.Errorf("seq %d returned twice", seq)
-				}
-				seen[seq] = true
-				mu.Unlock()
 			}
 		}()
 	}
@@ -204,8 +226,8 @@ func TestAuditConcurrentGroupCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	const total = goroutines * each
-	if len(seen) != total {
-		t.Fatalf("%d distinct seqs, want %d", len(seen), total)
+	if seen.len() != total {
+		t.Fatalf("%d distinct seqs, want %d", seen.len(), total)
 	}
 	if h := auditTestVerifyFile(t, path); h.Seq != total {
 		t.Fatalf("verify: %d records, want %d", h.Seq, total)
@@ -784,8 +806,7 @@ func TestAuditLeaderHandOff(t *testing.T) {
 	l := openWith(t, o, path)
 	const goroutines, each = 48, 40
 	var (
-		mu   sync.Mutex
-		seen = map[uint64]bool{}
+		seen seqSet
 		wg   sync.WaitGroup
 		errs = make(chan error, goroutines+1)
 	)
@@ -824,16 +845,13 @@ func TestAuditLeaderHandOff(t *testing.T) {
 					}
 				}
 				seq, err := l.Append(rec)
+				if err == nil {
+					err = seen.add(seq)
+				}
 				if err != nil {
 					errs <- err
 					return
 				}
-				mu.Lock()
-				if seen[seq] {
-					errs <- fmt.Errorf("seq %d returned twice", seq)
-				}
-				seen[seq] = true
-				mu.Unlock()
 			}
 		}()
 	}
@@ -851,8 +869,8 @@ func TestAuditLeaderHandOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustClose(t, l)
-	if len(seen) != goroutines*each {
-		t.Fatalf("%d distinct seqs, want %d", len(seen), goroutines*each)
+	if seen.len() != goroutines*each {
+		t.Fatalf("%d distinct seqs, want %d", seen.len(), goroutines*each)
 	}
 	if _, err := Verify(path, VerifyOptions{Key: testPub("daemon")}); err != nil {
 		t.Fatal(err)
