@@ -289,19 +289,16 @@ var settleFirst = time.Millisecond
 func verifyFile(v *verifier, f *os.File) (nulTail int64, err error) {
 	tries := 0
 	settle := func(off int64, raw []byte) io.Reader {
+		// One byte past the line too: an incomplete last line has
+		// changed if the file has grown past it.
+		last := !bytes.HasSuffix(raw, []byte("\n"))
+		now := make([]byte, len(raw)+1)
 		for i, wait := 0, settleFirst; i < settleLine && tries < settleTries; i, wait = i+1, wait*2 {
 			tries++
 			time.Sleep(wait)
-			now := make([]byte, len(raw))
 			n, _ := f.ReadAt(now, off)
-			if n != len(raw) || !bytes.Equal(now, raw) {
+			if n < len(raw) || !bytes.Equal(now[:len(raw)], raw) || last && n > len(raw) {
 				return io.NewSectionReader(f, off, math.MaxInt64-off)
-			}
-			if !bytes.HasSuffix(raw, []byte("\n")) {
-				// An incomplete last line: has the file grown past it?
-				if n, _ := f.ReadAt(now[:1], off+int64(len(raw))); n > 0 {
-					return io.NewSectionReader(f, off, math.MaxInt64-off)
-				}
 			}
 		}
 		return nil
