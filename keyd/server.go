@@ -323,7 +323,6 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 		sem: make(chan struct{}, maxInflight), bytes: semaphore.NewWeighted(maxInflightBytes), ids: map[string]bool{},
 		work: make(chan job)}
 	c.free.Store(connAllowance)
-	c.inline.Store(inlineIdle)
 	c.mover = time.AfterFunc(time.Hour, c.moveReading)
 	c.mover.Stop()
 	c.rs = readState{clock: &frameClock{nc: nc}, timeout: cfg.FrameTimeout.Duration}
@@ -396,7 +395,7 @@ func (c *conn) endReading() {
 // client's next frames, and its leaving, are seen as before.
 const inlineFor = 10 * time.Millisecond
 
-// The states of conn.inline.
+// The states of conn.inline; a new connection's is the zero value.
 const (
 	inlineIdle    = iota // the reader reads
 	inlineRunning        // the reader runs a request

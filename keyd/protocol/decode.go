@@ -16,7 +16,10 @@ import (
 // (FuzzDecodeGrantReply).
 func DecodeGrantReply(line []byte) (re string, res *GrantResult, ok bool) {
 	d := replyDecoder{b: bytes.TrimSuffix(line, []byte("\n"))}
-	if !d.lit(`{"parley":1,"id":`) || !d.skipStr() || !d.lit(`,"kind":"GRANT","re":`) {
+	if !d.lit(`{"parley":1,"id":`) {
+		return "", nil, false
+	}
+	if _, ok = d.str(); !ok || !d.lit(`,"kind":"GRANT","re":`) {
 		return "", nil, false
 	}
 	re, ok = d.str()
@@ -111,11 +114,6 @@ func (d *replyDecoder) str() (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func (d *replyDecoder) skipStr() bool {
-	_, ok := d.str()
-	return ok
 }
 
 // int reads an integer as JSON writes one and int64 holds it.
