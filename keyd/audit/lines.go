@@ -63,26 +63,36 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// peek reads seq and prev from the start of a record as the log writes
-// it: {"seq":N,"prev":"…",…}. ok is false for anything else.
-func peek(line []byte) (seq uint64, prev string, ok bool) {
-	const head, mid = `{"seq":`, `,"prev":"`
-	rest, found := bytes.CutPrefix(line, []byte(head))
+// leadSeq reads the seq a record line starts with, {"seq":N, written as
+// the log writes it (digits, no leading zero, at most 20), and returns the
+// bytes after it.
+func leadSeq(line []byte) (seq uint64, rest []byte, ok bool) {
+	rest, found := bytes.CutPrefix(line, []byte(`{"seq":`))
 	if !found {
-		return 0, "", false
+		return 0, nil, false
 	}
 	i := 0
 	for i < len(rest) && i < 20 && rest[i] >= '0' && rest[i] <= '9' {
 		i++
 	}
 	if i == 0 || (i > 1 && rest[0] == '0') {
-		return 0, "", false
+		return 0, nil, false
 	}
 	seq, err := strconv.ParseUint(string(rest[:i]), 10, 64)
 	if err != nil {
+		return 0, nil, false
+	}
+	return seq, rest[i:], true
+}
+
+// peek reads seq and prev from the start of a record as the log writes
+// it: {"seq":N,"prev":"…",…}. ok is false for anything else.
+func peek(line []byte) (seq uint64, prev string, ok bool) {
+	seq, rest, ok := leadSeq(line)
+	if !ok {
 		return 0, "", false
 	}
-	rest, found = bytes.CutPrefix(rest[i:], []byte(mid))
+	rest, found := bytes.CutPrefix(rest, []byte(`,"prev":"`))
 	if !found {
 		return 0, "", false
 	}

@@ -123,16 +123,8 @@ func seekSeq(file *os.File, from uint64) int64 {
 // lineSeq reads the seq a record line starts with, {"seq":N, written as
 // the log writes it (no sign, no leading zero).
 func lineSeq(b []byte) (uint64, bool) {
-	rest, ok := bytes.CutPrefix(b, []byte(`{"seq":`))
-	if !ok {
-		return 0, false
-	}
-	digits, _, ok := bytes.Cut(rest[:min(len(rest), 21)], []byte(","))
-	if !ok {
-		return 0, false
-	}
-	seq, err := strconv.ParseUint(string(digits), 10, 64)
-	if err != nil || strconv.FormatUint(seq, 10) != string(digits) {
+	seq, rest, ok := leadSeq(b)
+	if !ok || !bytes.HasPrefix(rest, []byte(",")) {
 		return 0, false
 	}
 	return seq, true
