@@ -19,6 +19,7 @@ import (
 
 	"filippo.io/age"
 	"filippo.io/age/armor"
+	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"golang.org/x/sys/unix"
 )
@@ -505,13 +506,12 @@ func formatPub(pub ed25519.PublicKey) string {
 	return "ed25519:" + base64.RawURLEncoding.EncodeToString(pub)
 }
 
+// parsePub reads an "ed25519:" public key as grant.ParsePublicKey does:
+// one spelling, and never a key of small order (DESIGN.md property 10).
+// Its error is a fixed sentence: the line may hold key material.
 func parsePub(s []byte) (ed25519.PublicKey, error) {
-	const prefix = "ed25519:"
-	if !bytes.HasPrefix(s, []byte(prefix)) || len(s) != len(prefix)+base64.RawURLEncoding.EncodedLen(ed25519.PublicKeySize) {
-		return nil, errors.New("not an ed25519: public key")
-	}
-	pub := make([]byte, ed25519.PublicKeySize)
-	if _, err := base64.RawURLEncoding.Strict().Decode(pub, s[len(prefix):]); err != nil {
+	pub, err := grant.ParsePublicKey(string(s))
+	if err != nil {
 		return nil, errors.New("not an ed25519: public key")
 	}
 	return pub, nil

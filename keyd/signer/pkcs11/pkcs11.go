@@ -328,6 +328,10 @@ func parseECPoint(b []byte) (ed25519.PublicKey, error) {
 	if len(b) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("CKA_EC_POINT of %d bytes is not an Ed25519 public key", len(b))
 	}
+	// DESIGN.md property 10: a token's key is checked like every other.
+	if err := grant.CheckPublicKey(b); err != nil {
+		return nil, fmt.Errorf("CKA_EC_POINT: %w", err)
+	}
 	return append(ed25519.PublicKey(nil), b...), nil
 }
 

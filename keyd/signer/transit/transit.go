@@ -383,7 +383,9 @@ func parseKeyInfo(sec *api.Secret) (*keyInfo, error) {
 		m, _ := raw.(map[string]any)
 		b64, _ := m["public_key"].(string)
 		pub, err := base64.StdEncoding.DecodeString(b64)
-		if err == nil && len(pub) == ed25519.PublicKeySize {
+		// A key the service names must be one grant accepts (DESIGN.md
+		// property 10): a small-order one would verify forged signatures.
+		if err == nil && grant.CheckPublicKey(pub) == nil {
 			k.public[n] = pub
 		}
 	}
