@@ -339,10 +339,13 @@ type Approver struct {
 }
 
 type shownRequest struct {
-	view   protocol.PendingView
-	notify uint32
-	image  string
-	timer  *time.Timer
+	view protocol.PendingView
+	// offered are the match codes the notification offered as actions:
+	// none when it was too long to show whole.
+	offered []string
+	notify  uint32
+	image   string
+	timer   *time.Timer
 }
 
 type approverMsg struct {
@@ -490,6 +493,11 @@ func (a *Approver) show(v protocol.PendingView) {
 	actions = append(actions, Action{Key: DenyAction, Label: "Deny"})
 
 	r := &shownRequest{view: v}
+	for _, act := range actions {
+		if act.Key != DenyAction {
+			r.offered = append(r.offered, act.Key)
+		}
+	}
 	if v.Link != "" && a.opts.QRDir != "" {
 		img, err := writeQRImage(a.opts.QRDir, v.ID, v.Link)
 		if err != nil {
@@ -592,7 +600,10 @@ func (a *Approver) event(ctx context.Context, ev Event) {
 		if err == nil {
 			a.opts.Logf("request %s denied on the desktop", id)
 		}
-	case slices.Contains(r.view.Choices, ev.Action):
+	case slices.Contains(r.offered, ev.Action):
+		// Only a code the notification offered approves: a request shown
+		// with Deny only (too long to show whole, property 8) is never
+		// approved here, whatever action the server reports.
 		// Each notification decides once: a second click finds it gone.
 		a.forget(r, true)
 		err = a.decide(ctx, func(ctx context.Context) error { return a.d.Approve(ctx, id, ev.Action, DesktopChannel) })

@@ -988,3 +988,60 @@ func TestSessionBusAddress(t *testing.T) {
 		})
 	}
 }
+
+// TestApproverRefusesActionsNotOffered: issue 20 item 8. A request too long
+// for a notification is offered with Deny only (property 8); a server that
+// reports a click on one of its match codes anyway (a hostile or buggy
+// notification server, or a stale action from an earlier notification)
+// must approve nothing. Only the actions the notification offered decide.
+func TestApproverRefusesActionsNotOffered(t *testing.T) {
+	long := func(v *protocol.PendingView) {
+		v.Text = strings.Repeat("  - calendar.find\n", 20)
+		v.Lines = 20
+	}
+	for _, tt := range []struct {
+		name   string
+		mod    func(*protocol.PendingView)
+		action string
+	}{
+		{"fail/real-code-on-deny-only", long, "47"},
+		{"fail/other-code-on-deny-only", long, "31"},
+		{"fail/default-on-deny-only", long, "default"},
+		{"fail/code-not-offered", func(*protocol.PendingView) {}, "12"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newFakeScreen(false)
+			d := &fakeDecider{calls: make(chan decision, 4)}
+			a := startApprover(t, s, d, desktop.ApproverOptions{})
+			a.Pending(view("r_a", tt.mod))
+			id := s.expect(t, "notify").id
+			s.events <- desktop.Event{ID: id, Action: tt.action}
+			// The approver handles its inbox and events in order: once
+			// the next request is shown, the click was decided on.
+			a.Pending(view("r_barrier"))
+			for {
+				op := s.expect(t, "notify")
+				if strings.Contains(op.n.Body, "r_barrier") {
+					break
+				}
+				t.Logf("notification %q", op.n.Body)
+			}
+			select {
+			case c := <-d.calls:
+				t.Errorf("a click on %q, which the notification did not offer, decided: %+v", tt.action, c)
+			default:
+			}
+			// The notification still stands, and its Deny still works.
+			s.events <- desktop.Event{ID: id, Action: desktop.DenyAction}
+			s.expect(t, "close")
+			select {
+			case got := <-d.calls:
+				if got != (decision{"deny", "r_a", "", "desktop"}) {
+					t.Errorf("decision %+v, want the deny", got)
+				}
+			case <-time.After(wait):
+				t.Fatal("Deny decided nothing")
+			}
+		})
+	}
+}
