@@ -13,7 +13,6 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/procgroup"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
@@ -540,9 +540,9 @@ func (d *doctor) checkUnits() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, unit := range []string{"parley-keyd.socket", "parley-keyd.service"} {
-		out, _ := exec.CommandContext(ctx, "systemctl", "is-enabled", unit).Output()
+		out, _ := procgroup.Output(procgroup.Command(ctx, "systemctl", "is-enabled", unit), 4096)
 		enabled := strings.TrimSpace(string(out))
-		out, _ = exec.CommandContext(ctx, "systemctl", "is-active", unit).Output()
+		out, _ = procgroup.Output(procgroup.Command(ctx, "systemctl", "is-active", unit), 4096)
 		active := strings.TrimSpace(string(out))
 		switch {
 		case unit == "parley-keyd.socket" && (enabled != "enabled" || active != "active"):

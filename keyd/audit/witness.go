@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/parley-keyd/parley-keyd/internal/journal"
+	"github.com/parley-keyd/parley-keyd/internal/procgroup"
 
 	"golang.org/x/sys/unix"
 )
@@ -82,6 +83,14 @@ func (w FileWitness) Latest(ctx context.Context) (*Checkpoint, error) {
 // checkpoint counts as out when it exits 0. It runs as the daemon's user,
 // so what it protects depends on where it sends the checkpoint: another
 // machine (ssh, a log service) or another user's spool.
+//
+// It runs in a process group of its own (internal/procgroup): when it
+// exits, whatever it left running in that group is killed; at the
+// delivery's deadline the whole group is. So a witness that hangs, ignores
+// SIGTERM, never reads its input or leaves a child holding its output
+// (ssh in a wrapper) holds up neither the next checkpoint nor a stop for
+// longer than the witness timeout (DESIGN.md property 13). Its output is
+// kept to 4 KiB, for the message of a failed delivery.
 type CommandWitness struct {
 	Argv []string
 }
@@ -94,7 +103,7 @@ func (w CommandWitness) Witness(ctx context.Context, cp *Checkpoint) error {
 		return errors.New("witness command is empty")
 	}
 	line := cp.Marshal()
-	cmd := exec.CommandContext(ctx, w.Argv[0], w.Argv[1:]...)
+	cmd := procgroup.Command(ctx, w.Argv[0], w.Argv[1:]...)
 	cmd.Stdin = bytes.NewReader(append(line, '\n'))
 	cmd.Env = append(os.Environ(),
 		"PARLEY_CHECKPOINT="+string(line),
@@ -102,10 +111,18 @@ func (w CommandWitness) Witness(ctx context.Context, cp *Checkpoint) error {
 		"PARLEY_CHECKPOINT_HASH="+cp.Hash,
 		"PARLEY_CHECKPOINT_LOG="+cp.Log,
 		"PARLEY_CHECKPOINT_REASON="+cp.Reason)
-	var out limitedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = 0
-	if err := cmd.Run(); err != nil {
+	out := &procgroup.Limited{Max: 4096}
+	cmd.Stdout, cmd.Stderr = out, out
+	err := procgroup.Run(cmd)
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// It exited 0; a process it started outside its group still
+		// held its output, and stopped being waited for.
+		err = nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (killed with every process it started, at the witness timeout)", err)
+		}
 		msg := strings.TrimSpace(out.String())
 		if msg != "" {
 			return fmt.Errorf("witness %s: %w: %s", w.Argv[0], err, cleanText(msg, 200))
@@ -114,21 +131,6 @@ func (w CommandWitness) Witness(ctx context.Context, cp *Checkpoint) error {
 	}
 	return nil
 }
-
-// limitedBuffer keeps the first 4 KiB written to it.
-type limitedBuffer struct{ b bytes.Buffer }
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := 4096 - l.b.Len(); room > 0 {
-		if len(p) < room {
-			room = len(p)
-		}
-		l.b.Write(p[:room])
-	}
-	return len(p), nil
-}
-
-func (l *limitedBuffer) String() string { return l.b.String() }
 
 // witnessState delivers checkpoints to the witnesses from its own goroutine,
 // so that a slow witness never holds up an Append.
@@ -143,8 +145,13 @@ type witnessState struct {
 	wake    chan struct{}
 	quit    chan struct{}
 	done    chan struct{}
-	timeout func() (context.Context, context.CancelFunc)
-	log     func(err error, w Witness)
+	timeout func(parent context.Context) (context.Context, context.CancelFunc)
+	// abort ends a delivery under way when stop begins: the stop
+	// checkpoint, delivered next, covers it, and a stop waits for one
+	// witness timeout, not two.
+	abort       context.Context
+	abortCancel context.CancelFunc
+	log         func(err error, w Witness)
 }
 
 func (w *witnessState) init(l *Log) {
@@ -155,9 +162,10 @@ func (w *witnessState) init(l *Log) {
 	w.wake = make(chan struct{}, 1)
 	w.quit = make(chan struct{})
 	w.done = make(chan struct{})
-	w.timeout = func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), l.o.WitnessTimeout)
+	w.timeout = func(parent context.Context) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(parent, l.o.WitnessTimeout)
 	}
+	w.abort, w.abortCancel = context.WithCancel(context.Background())
 	w.log = func(err error, wt Witness) {
 		l.o.Journal.Send(journal.Entry{Priority: journal.Err, Key: "audit-witness:" + wt.String(),
 			Message: fmt.Sprintf("audit log: checkpoint not delivered to witness %s (retried with the next checkpoint): %v", wt, err)})
@@ -196,15 +204,15 @@ func (w *witnessState) loop() {
 			w.pending = nil
 			w.mu.Unlock()
 			if cp != nil {
-				w.deliver(cp)
+				w.deliver(w.abort, cp)
 			}
 		}
 	}
 }
 
-// deliver gives cp to every witness that lacks it and returns the first
-// error.
-func (w *witnessState) deliver(cp *Checkpoint) error {
+// deliver gives cp to every witness that lacks it, each within the witness
+// timeout or until parent ends, and returns the first error.
+func (w *witnessState) deliver(parent context.Context, cp *Checkpoint) error {
 	var first error
 	for i, wt := range w.ws {
 		w.mu.Lock()
@@ -213,7 +221,7 @@ func (w *witnessState) deliver(cp *Checkpoint) error {
 		if has {
 			continue
 		}
-		ctx, cancel := w.timeout()
+		ctx, cancel := w.timeout(parent)
 		err := wt.Witness(ctx, cp)
 		cancel()
 		if err != nil {
@@ -241,11 +249,12 @@ func (w *witnessState) stop(final *Checkpoint) error {
 	default:
 		close(w.quit)
 	}
+	w.abortCancel()
 	<-w.done
 	if final == nil {
 		return nil
 	}
-	return w.deliver(final)
+	return w.deliver(context.Background(), final)
 }
 
 // out returns the seq of the latest checkpoint that every witness kept, and
