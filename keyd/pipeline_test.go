@@ -376,8 +376,9 @@ func TestConsentRenderedWhole(t *testing.T) {
 			t.Errorf("the rendering lacks %q", want)
 		}
 	}
-	if p := v.Scope.Proposal; p == nil || len(p.Effects) != 32 || p.Effects[31].Target != "mailto:outside@evil.example" {
-		t.Errorf("scope %+v", v.Scope.Proposal)
+	var sp grant.Proposal
+	if err := json.Unmarshal(v.Scope.Proposal, &sp); err != nil || len(sp.Effects) != 32 || sp.Effects[31].Target != "mailto:outside@evil.example" {
+		t.Errorf("scope %s: %v", v.Scope.Proposal, err)
 	}
 	cl.Close()
 

@@ -211,9 +211,7 @@ func (s *Server) renderConsent(r *request, id, agent, holder, service string, p 
 		Title:   safe(fmt.Sprintf("%s asks for consent: %s", agent, cost)),
 		Summary: summary,
 		Text:    out.b.String(), Lines: out.lines,
-		Scope: protocol.Scope{Caveats: cavs, Proposal: &protocol.ScopeProposal{
-			Service: service, ID: p.ID, Capability: p.Capability, Summary: p.Summary, Effects: p.Effects,
-			Cost: p.Cost, Risk: p.Risk, Undo: p.Undo, Expires: p.Expires, Hash: p.ContentHash()}},
+		Scope: protocol.Scope{Caveats: cavs, Service: service, Proposal: protocol.ScopeProposal(p)},
 	}, nil
 }
 

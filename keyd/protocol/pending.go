@@ -1,6 +1,10 @@
 package protocol
 
-import "github.com/parley-keyd/parley-keyd/grant"
+import (
+	"encoding/json"
+
+	"github.com/parley-keyd/parley-keyd/grant"
+)
 
 // PendingView is a waiting request as the daemon rendered it for a human. It
 // holds no match code: the human reads the code in the requesting terminal and
@@ -54,21 +58,23 @@ type Scope struct {
 	// Caveats are the caveats the grant would carry, as the daemon would
 	// sign them (for a consent: the five of §6.6).
 	Caveats []grant.Caveat `json:"caveats"`
-	// Proposal is the proposal a consent is for.
-	Proposal *ScopeProposal `json:"proposal,omitempty"`
+	// Service is, for a consent, the service the proposal came from.
+	Service string `json:"service,omitempty"`
+	// Proposal is, for a consent, the proposal: every member its hash
+	// covers (§5.1: all but "hash" and "data"), as canonical JSON, exactly
+	// as the service sent them (a "from": null, a member the daemon does
+	// not know), and "hash". So an approver may re-hash it and compare.
+	Proposal json.RawMessage `json:"proposal,omitempty"`
 }
 
-// ScopeProposal is the part of a proposal its hash covers and a human is
-// shown (§5.1, §6.6).
-type ScopeProposal struct {
-	Service    string         `json:"service"`
-	ID         string         `json:"id"`
-	Capability string         `json:"capability"`
-	Summary    string         `json:"summary"`
-	Effects    []grant.Effect `json:"effects"`
-	Cost       *grant.Money   `json:"cost"`
-	Risk       string         `json:"risk"`
-	Undo       *grant.Undo    `json:"undo"`
-	Expires    int64          `json:"expires"`
-	Hash       string         `json:"hash"`
+// ScopeProposal returns the Scope.Proposal of p: canonical(p without hash
+// and data), the bytes its hash covers, with "hash" added.
+func ScopeProposal(p *grant.Proposal) json.RawMessage {
+	hashed := p.HashedBytes()
+	h, _ := json.Marshal(p.ContentHash())
+	out := append([]byte(`{"hash":`), h...)
+	if len(hashed) > 2 { // not "{}"
+		out = append(out, ',')
+	}
+	return append(out, hashed[1:]...)
 }
