@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -61,7 +62,12 @@ parley-keyd audit verify.`,
 				}
 				for i, raw := range page.Records {
 					if asJSON {
-						fmt.Printf("%s\n", raw)
+						// As stored, but never a raw control or bidi
+						// character on the terminal (escapeJSONText).
+						if !json.Valid(raw) {
+							return fail(errors.New("parley-keyd sent an audit record that is not JSON"), "")
+						}
+						os.Stdout.Write(append(escapeJSONText(raw), '\n'))
 					} else {
 						fmt.Println(page.Lines[i])
 					}

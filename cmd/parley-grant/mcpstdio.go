@@ -49,7 +49,12 @@ type lineWriter struct {
 func (l *lineWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	// What the client shows may reach a terminal: no control, bidi or
+	// invisible character goes out raw (escapeJSONText keeps values).
+	if _, err := l.w.Write(escapeJSONText(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func (l *lineWriter) Close() error { return nil }

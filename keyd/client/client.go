@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,6 +225,7 @@ func (c *Client) dispatch(line []byte) error {
 	if json.Unmarshal(line, &f) != nil {
 		return nil
 	}
+	neutralizeFrame(&f)
 	if f.Re == "" && f.Kind == protocol.KindError {
 		// A refusal of the whole connection (not allowed to connect, too
 		// many connections) or of an unreadable frame.
@@ -428,7 +430,7 @@ func (c *Client) Hello(ctx context.Context) (*protocol.Manifest, error) {
 		return nil, err
 	}
 	var m protocol.Manifest
-	if err := json.Unmarshal(r.Data, &m); err != nil {
+	if err := decodeData(r.Data, &m); err != nil {
 		return nil, fmt.Errorf("parley-keyd sent a malformed manifest: %w", err)
 	}
 	return &m, nil
@@ -448,7 +450,7 @@ func eventFunc(fn func(protocol.Event)) func(*protocol.Frame) {
 	}
 	return func(f *protocol.Frame) {
 		var e protocol.Event
-		_ = json.Unmarshal(f.Data, &e)
+		_ = decodeData(f.Data, &e)
 		e.Message = f.Message
 		fn(e)
 	}
@@ -502,6 +504,7 @@ func (c *Client) Grant(ctx context.Context, holder crypto.Signer, caveats []gran
 		return nil, err
 	}
 	if res != nil {
+		neutralize(reflect.ValueOf(res), "")
 		return res, nil
 	}
 	return decodeGrantResult(r)
@@ -578,7 +581,7 @@ func grantFrame(id string, body []byte, p *grant.Proof) ([]byte, error) {
 
 func decodeGrantResult(r *protocol.Frame) (*protocol.GrantResult, error) {
 	var res protocol.GrantResult
-	if err := json.Unmarshal(r.Data, &res); err != nil || res.Token == "" {
+	if err := decodeData(r.Data, &res); err != nil || res.Token == "" {
 		return nil, errors.New("parley-keyd sent a malformed GRANT reply")
 	}
 	return &res, nil
@@ -599,7 +602,7 @@ func (c *Client) Explain(ctx context.Context, holder string, caveats []grant.Cav
 		return nil, err
 	}
 	var e protocol.Explanation
-	if err := json.Unmarshal(r.Data, &e); err != nil {
+	if err := decodeData(r.Data, &e); err != nil {
 		return nil, errors.New("parley-keyd sent a malformed EXPLAIN reply")
 	}
 	return &e, nil
@@ -637,7 +640,7 @@ func (c *Client) Pending(ctx context.Context) ([]protocol.PendingView, error) {
 	var out struct {
 		Pending []protocol.PendingView `json:"pending"`
 	}
-	if err := json.Unmarshal(r.Data, &out); err != nil {
+	if err := decodeData(r.Data, &out); err != nil {
 		return nil, errors.New("parley-keyd sent a malformed PENDING reply")
 	}
 	return out.Pending, nil
@@ -684,14 +687,14 @@ func (c *Client) Watch(ctx context.Context, feed Feed) error {
 		switch f.Message {
 		case "pending":
 			var v protocol.PendingView
-			if err := json.Unmarshal(f.Data, &v); err != nil {
+			if err := decodeData(f.Data, &v); err != nil {
 				bad(f.Message, err)
 			} else if feed.Pending != nil {
 				feed.Pending(v)
 			}
 		case "ended":
 			var e struct{ ID, Outcome, Reason string }
-			if err := json.Unmarshal(f.Data, &e); err != nil {
+			if err := decodeData(f.Data, &e); err != nil {
 				bad(f.Message, err)
 			} else if feed.Ended != nil {
 				feed.Ended(e.ID, e.Outcome, e.Reason)
@@ -715,7 +718,7 @@ func (c *Client) Audit(ctx context.Context, q protocol.AuditQuery) (*protocol.Au
 		return nil, err
 	}
 	var p protocol.AuditPage
-	if err := json.Unmarshal(r.Data, &p); err != nil {
+	if err := decodeData(r.Data, &p); err != nil || len(p.Lines) != len(p.Records) {
 		return nil, errors.New("parley-keyd sent a malformed AUDIT reply")
 	}
 	return &p, nil

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
@@ -18,7 +17,7 @@ func (c *Client) Lock(ctx context.Context, reason string) (*protocol.LockView, s
 		return nil, "", err
 	}
 	var v protocol.LockView
-	if err := json.Unmarshal(r.Data, &v); err != nil {
+	if err := decodeData(r.Data, &v); err != nil {
 		return nil, r.Message, nil
 	}
 	return &v, r.Message, nil

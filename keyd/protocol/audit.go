@@ -32,7 +32,7 @@ const (
 // AuditPage is the data of an AUDIT reply.
 type AuditPage struct {
 	// Records are the selected records, each as the log stores it.
-	Records []json.RawMessage `json:"records"`
+	Records []json.RawMessage `json:"records" display:"exact"`
 	// Lines are the same records as the daemon renders them for a person,
 	// one line each, made safe for a terminal.
 	Lines []string `json:"lines"`

@@ -25,7 +25,7 @@ type PendingView struct {
 	Summary string `json:"summary"`
 	// Text is the whole rendering, already made safe for display: one line
 	// per service, pattern or effect, nothing cut. Lines counts its lines.
-	Text  string `json:"text"`
+	Text  string `json:"text" display:"lines"`
 	Lines int    `json:"lines"`
 	// Scope is what the request would be signed with, as data: the caveats,
 	// and for a consent the proposal whose hash the daemon checked. Its
@@ -64,7 +64,7 @@ type Scope struct {
 	// covers (§5.1: all but "hash" and "data"), as canonical JSON, exactly
 	// as the service sent them (a "from": null, a member the daemon does
 	// not know), and "hash". So an approver may re-hash it and compare.
-	Proposal json.RawMessage `json:"proposal,omitempty"`
+	Proposal json.RawMessage `json:"proposal,omitempty" display:"exact"`
 }
 
 // ScopeProposal returns the Scope.Proposal of p: canonical(p without hash
