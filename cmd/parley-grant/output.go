@@ -152,6 +152,14 @@ func escapeJSONText(b []byte) []byte {
 	out := make([]byte, 0, len(b))
 	for i := 0; i < len(b); {
 		c := b[i]
+		if c == '\r' {
+			// Only white space between tokens can be a raw CR (in a
+			// string it is escaped, or the JSON is not valid): a space
+			// means the same and cannot move the cursor.
+			out = append(out, ' ')
+			i++
+			continue
+		}
 		if c < utf8.RuneSelf && c != 0x7f {
 			out = append(out, c)
 			i++
