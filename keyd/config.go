@@ -60,6 +60,7 @@ type Config struct {
 
 	path       string // where it was read from, for relative paths
 	fileSocket string // Socket as the file says, before any --socket override
+	uid        uint32 // the daemon's user, whom with root its files may belong to (trust.go)
 }
 
 // AuditConfig is the [audit] table: the witnesses that receive the log's
@@ -176,7 +177,7 @@ const (
 // ParseConfig reads a configuration strictly: unknown keys and bad values are
 // errors that name the file and line.
 func ParseConfig(data []byte, path string) (*Config, error) {
-	c := &Config{path: path}
+	c := &Config{path: path, uid: uint32(os.Geteuid())}
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(c); err != nil {
 		var de *toml.DecodeError
@@ -237,15 +238,6 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 		}
 	}
 	return c, nil
-}
-
-// LoadConfig reads and parses the configuration file at path.
-func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return ParseConfig(data, path)
 }
 
 // PolicyPath is the policy file's path, resolved against the configuration's folder.

@@ -160,15 +160,6 @@ func (e *PolicyError) Error() string {
 }
 func (e *PolicyError) Unwrap() error { return e.Err }
 
-// LoadPolicy reads and parses the policy file cfg names.
-func LoadPolicy(cfg *Config) (*policies.Policy, error) {
-	data, err := os.ReadFile(cfg.PolicyPath())
-	if err != nil {
-		return nil, err
-	}
-	return policies.Parse(data, cfg.PolicyPath())
-}
-
 // AuditLog returns the daemon's audit log, or nil when Options.Audit
 // replaced it.
 func (d *Daemon) AuditLog() *audit.Log { return d.log }
@@ -315,7 +306,9 @@ func (d *Daemon) Reload() error {
 		}
 	}
 	old := d.cfg.Load()
-	cfg, err := LoadConfig(old.path)
+	// The same checks as at start, for the same user: a file that others
+	// could change since is refused like a file that does not parse.
+	cfg, err := LoadConfigFor(old.path, old.uid)
 	var pol *policies.Policy
 	if err == nil {
 		pol, err = LoadPolicy(cfg)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/parley-keyd/parley-keyd/internal/filetrust"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"golang.org/x/sys/unix"
 )
@@ -66,23 +67,61 @@ func writable(dir string) bool {
 // loadConfig reads the configuration file for serve, pair and status. Each
 // way it can fail has its own message and a hint that leads somewhere that
 // works: a missing file is made by init (which keeps an existing key), an
-// unreadable one needs its group, a broken one names its line.
+// unreadable one is read as the daemon's user or root, a broken one names
+// its line, and one that others could change (or that names such a file)
+// says which owner and mode are safe. The files must be safe for the
+// daemon's user (daemonUID).
 func loadConfig(path, state string) (*keyd.Config, error) {
-	cfg, err := keyd.LoadConfig(path)
+	cfg, err := keyd.LoadConfigFor(path, daemonUID(state))
+	var unsafe *filetrust.UnsafeError
+	var te *keyd.TrustError
 	switch {
 	case err == nil:
 		return cfg, nil
+	case errors.As(err, &te):
+		return nil, &exitError{code: exitConfig, err: fmt.Errorf("the configuration is refused: %w", err), hint: trustHint(te.Problems[0].Err)}
+	case errors.As(err, &unsafe):
+		return nil, &exitError{code: exitConfig, err: fmt.Errorf("the configuration is refused: %w", err), hint: unsafe.Fix}
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, withHint(fmt.Errorf("the configuration file %s does not exist", path),
 			"create it with: "+initCommand(path, state)+" (it keeps an existing key and existing files)")
 	case errors.Is(err, fs.ErrPermission):
-		return nil, withHint(fmt.Errorf("cannot read the configuration file %s: permission denied", path),
-			fmt.Sprintf("it must be readable by %s: sudo chgrp %s %s && sudo chmod 0640 %s", whoAmI(), myGroup(), path, path))
+		// Never loosen the file for whoever ran this: the daemon's
+		// user reads it through the group init gave it.
+		return nil, withHint(fmt.Errorf("cannot read the configuration file %s as %s: permission denied", path, whoAmI()),
+			"run this as root or as the daemon's user; the file stays root's, readable by the daemon's group only (mode 0640)")
 	case errors.As(err, new(*fs.PathError)):
 		return nil, withHint(fmt.Errorf("cannot read the configuration file: %w", err), "")
 	}
 	return nil, &exitError{code: exitConfig, err: fmt.Errorf("the configuration is invalid: %w", err),
 		hint: "fix that line; the comments init writes and docs/admin.md list every key; parley-keyd status checks the whole set-up"}
+}
+
+// trustHint is the hint for one reason a configuration is refused.
+func trustHint(err error) string {
+	var unsafe *filetrust.UnsafeError
+	var own *keyd.OwnUserError
+	switch {
+	case errors.As(err, &unsafe):
+		return unsafe.Fix
+	case errors.As(err, &own):
+		return own.Fix()
+	}
+	return ""
+}
+
+// daemonUID is the daemon's user for the state folder state: this process's
+// user, or, for root, the state folder's owner (root when there is none).
+// The daemon's files may belong to that user and to root, nobody else.
+func daemonUID(state string) uint32 {
+	if euid := os.Geteuid(); euid != 0 {
+		return uint32(euid)
+	}
+	if fi, err := os.Stat(state); err == nil && fi.IsDir() {
+		uid, _ := ownerOf(fi)
+		return uid
+	}
+	return 0
 }
 
 func whoAmI() string {
@@ -113,6 +152,9 @@ func myGroup() string {
 func policyHint(pe *keyd.PolicyError, config, state string) string {
 	if errors.Is(pe.Err, fs.ErrNotExist) {
 		return "create the default policy with: " + initCommand(config, state) + " (it keeps existing files)"
+	}
+	if h := trustHint(pe.Err); h != "" {
+		return h
 	}
 	return "check it with: parley-keyd policy check " + pe.Path
 }

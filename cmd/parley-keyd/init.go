@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/filetrust"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
@@ -46,9 +47,10 @@ to create the key, so that the key belongs to that user from the start:
 
   sudo parley-keyd init --user parley-keyd --agent-user calbot --approver-user alice
 
-Run as another user, init writes everything as that user: a single-user
-set-up, where that user is the agent and the approver unless the flags say
-otherwise.
+Run as another user, init writes everything as that user, who then runs
+the daemon. Agents and approvers must be other users: init refuses to name
+the daemon's user (or root's --user) as either, before it writes anything,
+and so do serve and status (root excepted, which reads every file anyway).
 
 With --backend transit or pkcs11 the principal key lives in a key service
 instead (docs/key-service.md): init reads the [key] table of config.toml
@@ -69,8 +71,8 @@ the same principal.`,
 	f.StringVar(&o.configDir, "config-dir", defaultConfigDir(), "where to write config.toml and policy.toml; $PARLEY_KEYD_CONFIG_DIR")
 	f.StringVar(&o.socket, "socket", "", "socket path to write into the configuration (default "+protocol.DefaultSocket+")")
 	f.StringVar(&o.socketGroup, "socket-group", "", "socket_group to write into the configuration (default parley-agents when that group exists; \"\" for none)")
-	f.StringSliceVar(&o.agents, "agent-user", nil, "user whose agents may connect (repeatable; default: you, when not root)")
-	f.StringSliceVar(&o.approvers, "approver-user", nil, "user who approves (repeatable; default: you, when not root)")
+	f.StringSliceVar(&o.agents, "agent-user", nil, "user whose agents may connect (repeatable; never the daemon's user)")
+	f.StringSliceVar(&o.approvers, "approver-user", nil, "user who approves (repeatable; never the daemon's user)")
 	f.StringVar(&o.user, "user", os.Getenv("PARLEY_KEYD_USER"), "as root: the daemon's user, who will own the key (default: the state folder's owner); $PARLEY_KEYD_USER")
 	f.StringVar(&o.backend, "backend", signer.File, "where the principal key lives: file, transit or pkcs11")
 	f.BoolVar(&o.importKey, "import", false, "transit: import the existing principal.key instead of creating a key")
@@ -99,6 +101,9 @@ func runInit(o initOptions) error {
 	case signer.Transit, signer.PKCS11:
 		if o.importKey && o.backend != signer.Transit {
 			return errors.New("--import is for --backend transit: a PKCS#11 key is generated in the token")
+		}
+		if err := refuseOwnUser(uint32(os.Geteuid()), o.agents, o.approvers, filepath.Join(o.configDir, "config.toml")); err != nil {
+			return err
 		}
 		return initKeyService(o.backend, o.state, o.configDir, o.socket, firstOf(o.agents), firstOf(o.approvers), o.passFile, o.tokenFile, o.importKey)
 	default:
@@ -130,12 +135,16 @@ func runInit(o initOptions) error {
 		return usage(errors.New("the configuration cannot be in the state folder when root writes it for the daemon's user"),
 			"write it to its own folder: --config-dir /etc/parley-keyd")
 	}
-	if len(o.agents) == 0 && len(o.approvers) == 0 && os.Geteuid() != 0 {
-		// A single-user set-up: the user who runs init is both agent and
-		// approver, recorded as weak approvals.
-		if u, err := user.Current(); err == nil {
-			o.agents, o.approvers = []string{u.Username}, []string{u.Username}
-		}
+	// Property 12: the daemon's user is never an agent's or an
+	// approver's, neither by the flags nor in a configuration init keeps.
+	// Checked before anything is written.
+	daemonID := uint32(os.Geteuid())
+	if owner != nil {
+		n, _ := strconv.ParseUint(owner.Uid, 10, 32)
+		daemonID = uint32(n)
+	}
+	if err := refuseOwnUser(daemonID, o.agents, o.approvers, filepath.Join(o.configDir, "config.toml")); err != nil {
+		return err
 	}
 	var pass []byte
 	if o.passFile != "" {
@@ -195,6 +204,34 @@ func runInit(o initOptions) error {
 	infof("services must trust this principal key:")
 	fmt.Println(grant.FormatPublicKey(pub))
 	return nil
+}
+
+// refuseOwnUser returns an error when the daemon's user uid is named as an
+// agent or an approver, or has a role in the existing configuration at
+// cfgPath. Root may hold one (keyd.LoadConfigFor).
+func refuseOwnUser(uid uint32, agents, approvers []string, cfgPath string) error {
+	if uid == 0 {
+		return nil
+	}
+	t := keyd.ConfigTemplate{Agents: agents, Approvers: approvers}
+	cfg, err := keyd.ParseConfig([]byte(t.Text()), cfgPath)
+	if err == nil {
+		err = cfg.CheckDaemonUser(uid)
+	}
+	if err == nil {
+		if b, rerr := os.ReadFile(cfgPath); rerr == nil {
+			if kept, perr := keyd.ParseConfig(b, cfgPath); perr == nil {
+				if err = kept.CheckDaemonUser(uid); err != nil {
+					err = fmt.Errorf("%s: %w", cfgPath, err)
+				}
+			}
+		}
+	}
+	var own *keyd.OwnUserError
+	if errors.As(err, &own) {
+		return usage(err, "name agents and approvers that are other users than the daemon's; as root: sudo parley-keyd init --user parley-keyd --agent-user AGENT --approver-user HUMAN")
+	}
+	return err
 }
 
 // userExists reports an error when name is neither a user nor a uid that
@@ -374,17 +411,6 @@ func firstOf(list []string) string {
 	return list[0]
 }
 
-// defaultUsers names the user who runs init as agent and approver when
-// neither is given: a single-user set-up, whose approvals are weak.
-func defaultUsers(agent, approver string) (string, string) {
-	if agent == "" && approver == "" {
-		if u, err := user.Current(); err == nil && os.Geteuid() != 0 {
-			return u.Username, u.Username
-		}
-	}
-	return agent, approver
-}
-
 // writeIfAbsent creates path with content, leaving an existing file alone so
 // that an admin's edits survive a second init (the key service set-up).
 func writeIfAbsent(path, content string) error {
@@ -407,7 +433,9 @@ func writeIfAbsent(path, content string) error {
 }
 
 func readPassphraseFile(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	// A passphrase others could change would encrypt a new key, or
+	// unlock this one, with what they chose.
+	b, err := filetrust.ReadFile(path, uint32(os.Geteuid()), 64<<10)
 	if err != nil {
 		return nil, fmt.Errorf("passphrase file: %w", err)
 	}

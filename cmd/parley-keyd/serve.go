@@ -13,6 +13,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
+	"github.com/parley-keyd/parley-keyd/internal/filetrust"
 	"github.com/parley-keyd/parley-keyd/internal/journal"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
@@ -77,6 +78,11 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	}
 	if cfg.Socket == "" {
 		cfg.Socket = protocol.DefaultSocket
+	}
+	// The state folder too: a folder above it that others may write lets
+	// them swap the whole folder, key and log (property 12).
+	if err := filetrust.Check(state, uint32(os.Geteuid())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return withHint(fmt.Errorf("state folder: %w", err), trustHint(err))
 	}
 	signer, err := openSigner(cfg, state, passFile, logger)
 	if err != nil {

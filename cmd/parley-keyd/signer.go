@@ -84,7 +84,6 @@ func passphraseFunc(passFile string) func() ([]byte, error) {
 func initKeyService(kind, state, configDir, socket, agent, approver, passFile, tokenFile string, importKey bool) error {
 	configPath := filepath.Join(configDir, "config.toml")
 	if _, err := os.Stat(configPath); errors.Is(err, os.ErrNotExist) {
-		agent, approver = defaultUsers(agent, approver)
 		if err := writeIfAbsent(configPath, keyd.DefaultConfig(protocol.SocketPath(socket), agent, approver)+signer.Template(kind)); err != nil {
 			return err
 		}

@@ -22,12 +22,12 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/filetrust"
 	"github.com/parley-keyd/parley-keyd/internal/procgroup"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
-	"github.com/parley-keyd/parley-keyd/policies"
 	"github.com/spf13/cobra"
 )
 
@@ -39,8 +39,9 @@ func newStatusCmd() *cobra.Command {
 		Long: `status is the admin's doctor. It checks, each on a line marked ok, warn or
 fail, with a hint under what is not ok:
 
-  config   the configuration loads; it is not writable by group or others
-  policy   the policy loads; each of its warnings
+  config   the configuration loads, and nobody but root and the daemon's
+           user could change it or a file it names (docs/admin.md)
+  policy   the policy loads, is as safe as the configuration; its warnings
   users    the users and groups the configuration names exist
   state    the state folder is a folder only its owner (the daemon's user) may enter
   key      the principal key file is its owner's alone; the public key
@@ -81,10 +82,11 @@ type doctor struct {
 	out    io.Writer
 	failed int
 
-	cfg       *keyd.Config
-	owner     *user.User // the state folder's owner: the daemon's user
-	principal string     // from principal.pub
-	answered  bool       // a daemon answered on the socket
+	cfg          *keyd.Config
+	policyFailed bool       // the configuration's check reported the policy
+	owner        *user.User // the state folder's owner: the daemon's user
+	principal    string     // from principal.pub
+	answered     bool       // a daemon answered on the socket
 }
 
 func (d *doctor) line(status, check, msg, hint string) {
@@ -131,7 +133,22 @@ func (d *doctor) run() {
 
 func (d *doctor) checkConfig() {
 	cfg, err := loadConfig(d.o.config, d.o.state)
-	if err != nil {
+	var te *keyd.TrustError
+	if errors.As(err, &te) {
+		// Each file the daemon would refuse is a failure of its own;
+		// the rest of the set-up is still checked.
+		cfg = te.Config
+		for _, p := range te.Problems {
+			check := "config"
+			switch p.What {
+			case "policy":
+				check, d.policyFailed = "policy", true
+			case "access":
+				check = "users"
+			}
+			d.fail(check, trustHint(p.Err), "%s: %v", p.What, p.Err)
+		}
+	} else if err != nil {
 		var ee *exitError
 		hint := ""
 		if errors.As(err, &ee) {
@@ -141,16 +158,12 @@ func (d *doctor) checkConfig() {
 		return
 	}
 	d.cfg = cfg
-	fi, err := os.Stat(d.o.config)
-	if err == nil {
-		switch m := fi.Mode().Perm(); {
-		case m&0o022 != 0:
-			d.fail("config", fmt.Sprintf("sudo chmod 0640 %s", d.o.config), "%s is mode %04o: others may change who connects and what the policy file is", d.o.config, m)
-			return
-		case m&0o004 != 0:
-			d.warn("config", fmt.Sprintf("sudo chmod 0640 %s", d.o.config), "%s is mode %04o: every user can read who may connect", d.o.config, m)
-			return
-		}
+	if te != nil {
+		return
+	}
+	if fi, err := os.Stat(d.o.config); err == nil && fi.Mode().Perm()&0o004 != 0 {
+		d.warn("config", fmt.Sprintf("sudo chmod 0640 %s", d.o.config), "%s is mode %04o: every user can read who may connect", d.o.config, fi.Mode().Perm())
+		return
 	}
 	a := cfg.Access
 	d.ok("config", "%s: %s, %s, %s, %s", d.o.config, count(len(a.AgentUsers), "agent user"), count(len(a.AgentGroups), "agent group"),
@@ -158,18 +171,13 @@ func (d *doctor) checkConfig() {
 }
 
 func (d *doctor) checkPolicy() {
-	if d.cfg == nil {
+	if d.cfg == nil || d.policyFailed {
 		return
 	}
 	path := d.cfg.PolicyPath()
-	data, err := os.ReadFile(path)
+	p, err := keyd.LoadPolicy(d.cfg)
 	if err != nil {
 		d.fail("policy", policyHint(&keyd.PolicyError{Path: path, Err: err}, d.o.config, d.o.state), "%v", err)
-		return
-	}
-	p, err := policies.Parse(data, path)
-	if err != nil {
-		d.fail("policy", "check it with: parley-keyd policy check "+path, "%v", err)
 		return
 	}
 	first, _, _ := strings.Cut(p.Describe(), "\n")
@@ -233,7 +241,10 @@ func (d *doctor) checkState() {
 	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
 		d.owner = u
 	}
-	switch {
+	var unsafe *filetrust.UnsafeError
+	switch err := filetrust.Check(d.o.state, uid); {
+	case errors.As(err, &unsafe):
+		d.fail("state", unsafe.Fix, "%v", err)
 	case !fi.IsDir():
 		d.fail("state", "", "%s is not a folder", d.o.state)
 	case fi.Mode().Perm()&0o077 != 0:

@@ -30,6 +30,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/internal/filetrust"
 )
 
 // Backend names, as written in config.toml's [key] backend.
@@ -249,7 +251,9 @@ func ReadCredential(name string) ([]byte, error) {
 		}
 		path = filepath.Join(dir, name)
 	}
-	f, err := os.Open(path)
+	// Only root and the daemon's user may be able to change it, nor any
+	// folder or link on its way (property 12).
+	f, err := filetrust.Open(path, uint32(os.Geteuid()))
 	if err != nil {
 		return nil, fmt.Errorf("credential: %w", err)
 	}
