@@ -159,7 +159,7 @@ func CheckPerms(dir string) error {
 	// any later mistake in its mode, and one others can write lets them swap
 	// the key or plant a symlink.
 	if uid := ownerUID(fi); uid != euid {
-		return &PermError{dir, fmt.Sprintf("is owned by %s, not by %s which runs the daemon", userName(uid), owner), "chown " + owner + " " + dir}
+		return &PermError{dir, fmt.Sprintf("is owned by %s, not by %s which runs the daemon", userName(uid), owner), folderOwnerFix(dir, uid)}
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return &PermError{dir, fmt.Sprintf("has mode %04o: group or others have access", perm), "chmod 700 " + dir}
@@ -188,6 +188,17 @@ func CheckPerms(dir string) error {
 		return fmt.Errorf("principal public key: %w", err)
 	}
 	return nil
+}
+
+// folderOwnerFix is the fix for a state folder that belongs to another
+// user than the one running. Giving the folder to whoever ran the command
+// would hand the daemon's key to root or to an agent (issue 20): run as
+// its owner instead, or, when root owns it, give it to the daemon's user.
+func folderOwnerFix(dir string, uid uint32) string {
+	if uid != 0 {
+		return fmt.Sprintf("run this as %s, who owns the folder (sudo -u %s parley-keyd …)", userName(uid), userName(uid))
+	}
+	return fmt.Sprintf("give it to the user the daemon runs as (parley-keyd when installed), alone: sudo chown parley-keyd: %s && sudo chmod 0700 %s", dir, dir)
 }
 
 func checkKeyFile(path string, fi fs.FileInfo, euid uint32, owner string) error {

@@ -160,8 +160,10 @@ func TestLoadKeyRefusesUnsafeState(t *testing.T) {
 			os.Chmod(dir, 0o710)
 		}, "", "has mode 0710", "chmod 700 {path}", false},
 		{"fail/dir-wrong-owner", true, func(t *testing.T, dir string) {
+			// Never "chown root": the folder is the daemon's user's,
+			// and root ran the command by mistake.
 			os.Chown(dir, 65534, 65534)
-		}, "", "is owned by", "chown root {path}", false},
+		}, "", "is owned by", "run this as nobody, who owns the folder (sudo -u nobody parley-keyd …)", false},
 		{"fail/pub-writable", false, func(t *testing.T, dir string) {
 			os.Chmod(filepath.Join(dir, PublicKeyFileName), 0o666)
 		}, PublicKeyFileName, "others can replace the public key", "chmod 644 {path}", false},
