@@ -176,7 +176,7 @@ func walk(path string, uid uint32) (string, fs.FileInfo, error) {
 			if who := w.othersWrite(cur, fi); who != "" {
 				return "", nil, w.unsafe(cur, fi, fmt.Sprintf("lets %s create %s in it", who, name))
 			}
-			return "", nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+			return "", nil, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
 		}
 		if err != nil {
 			return "", nil, err
