@@ -42,8 +42,10 @@ fail, with a hint under what is not ok:
   config   the configuration loads, and nobody but root and the daemon's
            user could change it or a file it names (docs/admin.md)
   policy   the policy loads, is as safe as the configuration; its warnings
-  users    the users and groups the configuration names exist
-  state    the state folder is a folder only its owner (the daemon's user) may enter
+  users    the users and groups the configuration names exist; the daemon's
+           user is none of its agents or approvers
+  state    the state folder is a folder only its owner (the daemon's user) may
+           enter, and nobody else could change a folder above it
   key      the principal key file is its owner's alone; the public key
   audit    the audit log's chain holds, and holds the head the daemon
            reported last (at its start or its stop)
