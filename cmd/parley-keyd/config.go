@@ -138,16 +138,6 @@ func currentUserName() string {
 	return strconv.Itoa(os.Getuid())
 }
 
-// myGroup names this process's primary group, which the daemon's own
-// group is when it runs as its own user.
-func myGroup() string {
-	gid := strconv.Itoa(os.Getgid())
-	if g, err := user.LookupGroupId(gid); err == nil {
-		return g.Name
-	}
-	return gid
-}
-
 // policyHint is the hint for a policy file that the daemon cannot use.
 func policyHint(pe *keyd.PolicyError, config, state string) string {
 	if errors.Is(pe.Err, fs.ErrNotExist) {

@@ -333,3 +333,28 @@ func TestTrustDaemonUserIsAnAgent(t *testing.T) {
 		t.Errorf("serve with a state folder the agent's group reads: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// TestTrustStateFolderAbove: a folder above the state folder that the agent
+// may write lets it swap the whole folder, key and log; serve refuses it.
+func TestTrustStateFolderAbove(t *testing.T) {
+	e := newE2E(t)
+	above := filepath.Join(e.base, "above")
+	os.Mkdir(above, 0o777)
+	os.Chmod(above, 0o777)
+	if err := os.Rename(e.state, filepath.Join(above, "state")); err != nil {
+		t.Fatal(err)
+	}
+	e.state = filepath.Join(above, "state")
+	if r := e.serveFor(5 * time.Second); r.code == 0 || !strings.Contains(r.stderr, above+" (on the way to "+e.state+") lets every user (mode 0777) change it") {
+		t.Errorf("serve under a folder every user may write: exit %d\n%s", r.code, r.stderr)
+	}
+	st := e.as(ids{0, 0}, 1, "parley-keyd", "status", "--skip", "units", "--state", e.state)
+	if !strings.Contains(st.stdout, "fail  state   state folder") && !strings.Contains(st.stdout, "fail  state   "+above) {
+		t.Errorf("status:\n%s", st.stdout)
+	}
+	// Made safe as the hint says, it serves.
+	os.Chmod(above, 0o755)
+	if r := e.serveFor(2 * time.Second); r.code != -1 {
+		t.Errorf("serve after the fix: exit %d\n%s", r.code, r.stderr)
+	}
+}
