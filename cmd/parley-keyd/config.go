@@ -86,10 +86,13 @@ func loadConfig(path, state string) (*keyd.Config, error) {
 		return nil, withHint(fmt.Errorf("the configuration file %s does not exist", path),
 			"create it with: "+initCommand(path, state)+" (it keeps an existing key and existing files)")
 	case errors.Is(err, fs.ErrPermission):
-		// Never loosen the file for whoever ran this: the daemon's
-		// user reads it through the group init gave it.
-		return nil, withHint(fmt.Errorf("cannot read the configuration file %s as %s: permission denied", path, whoAmI()),
-			"run this as root or as the daemon's user; the file stays root's, readable by the daemon's group only (mode 0640)")
+		// Never loosen the file for whoever ran this (an agent, say):
+		// only the daemon's user is given it, through its own group.
+		hint := "run this as root or as the daemon's user (the owner of " + state + ")"
+		if os.Geteuid() != 0 && stateOwned(state) {
+			hint = fmt.Sprintf("it must be readable by %s, the daemon's user: sudo chown root:%s %s && sudo chmod 0640 %s", whoAmI(), myGroup(), path, path)
+		}
+		return nil, withHint(fmt.Errorf("cannot read the configuration file %s: permission denied", path), hint)
 	case errors.As(err, new(*fs.PathError)):
 		return nil, withHint(fmt.Errorf("cannot read the configuration file: %w", err), "")
 	}
@@ -110,18 +113,37 @@ func trustHint(err error) string {
 	return ""
 }
 
-// daemonUID is the daemon's user for the state folder state: this process's
-// user, or, for root, the state folder's owner (root when there is none).
-// The daemon's files may belong to that user and to root, nobody else.
-func daemonUID(state string) uint32 {
-	if euid := os.Geteuid(); euid != 0 {
-		return uint32(euid)
+// stateOwned reports whether the state folder exists and belongs to this
+// process's user: then this is the daemon's user.
+func stateOwned(state string) bool {
+	fi, err := os.Stat(state)
+	if err != nil || !fi.IsDir() {
+		return false
 	}
+	uid, _ := ownerOf(fi)
+	return uid == uint32(os.Geteuid())
+}
+
+// myGroup names this process's primary group, which the daemon's own
+// group is when it runs as its own user.
+func myGroup() string {
+	gid := strconv.Itoa(os.Getgid())
+	if g, err := user.LookupGroupId(gid); err == nil {
+		return g.Name
+	}
+	return gid
+}
+
+// daemonUID is the daemon's user for the state folder state: the folder's
+// owner, whoever runs this command (root, or an agent by mistake), or this
+// process's user before the folder exists. The daemon's files may belong to
+// that user and to root, nobody else.
+func daemonUID(state string) uint32 {
 	if fi, err := os.Stat(state); err == nil && fi.IsDir() {
 		uid, _ := ownerOf(fi)
 		return uid
 	}
-	return 0
+	return uint32(os.Geteuid())
 }
 
 func whoAmI() string {

@@ -710,13 +710,18 @@ func TestE2EConfigUnreadable(t *testing.T) {
 	os.Chmod(cfg, 0o600)
 	r := e.try(e.daemon, "parley-keyd", "serve", "--state", e.state)
 	u := e2eDaemonUser
-	want := fmt.Sprintf("parley-keyd: cannot read the configuration file %s: permission denied\nhint: it must be readable by user %s: sudo chgrp %s %s && sudo chmod 0640 %s\n", cfg, u, u, cfg, cfg)
+	want := fmt.Sprintf("parley-keyd: cannot read the configuration file %s: permission denied\nhint: it must be readable by user %s, the daemon's user: sudo chown root:%s %s && sudo chmod 0640 %s\n", cfg, u, u, cfg, cfg)
 	if r.code != exitFail || !strings.HasSuffix(r.stderr, want) {
 		t.Fatalf("serve with an unreadable configuration: exit %d\n%s\nwant it to end with\n%s", r.code, r.stderr, want)
 	}
+	// Run by another user (an agent), the hint gives it nothing.
+	r = e.try(e.agent, "parley-keyd", "status", "--state", e.state)
+	if !strings.Contains(r.stdout, "hint: run this as root or as the daemon's user (the owner of "+e.state+")") || strings.Contains(r.stdout, "chgrp") || strings.Contains(r.stdout, "chown") {
+		t.Errorf("status as the agent:\n%s", r.stdout)
+	}
 	// Following the hint.
-	if out, err := exec.Command("chgrp", e2eDaemonUser, cfg).CombinedOutput(); err != nil {
-		t.Fatalf("chgrp: %v %s", err, out)
+	if out, err := exec.Command("chown", "root:"+e2eDaemonUser, cfg).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v %s", err, out)
 	}
 	os.Chmod(cfg, 0o640)
 	e.start()
