@@ -59,8 +59,12 @@ func (c *Config) TrustedFiles() []TrustedFile {
 			add(what, filepath.Join(dir, name))
 		}
 	}
-	if len(c.Audit.WitnessCommand) > 0 {
-		add("audit.witness_command", c.Audit.WitnessCommand[0])
+	// The program, and every absolute path among its arguments: a
+	// script given to an interpreter is as much the program.
+	for _, arg := range c.Audit.WitnessCommand {
+		if filepath.IsAbs(arg) {
+			add("audit.witness_command", arg)
+		}
 	}
 	add("audit.witness_file", c.Audit.WitnessFile)
 	t := c.Key.Transit

@@ -78,6 +78,8 @@ func TestLoadConfigRefusesUnsafeNamedFiles(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "policy.toml"), []byte(testPolicy), 0o600)
 	for _, tc := range []struct{ what, table string }{
 		{"audit.witness_command", "[audit]\nwitness_command = [\"" + loose + "\"]\n"},
+		// A script given to an interpreter is the program as much.
+		{"audit.witness_command", "[audit]\nwitness_command = [\"/bin/sh\", \"-e\", \"" + loose + "\"]\n"},
 		{"audit.witness_file", "[audit]\nwitness_file = \"" + loose + "\"\n"},
 		{"key.transit.ca_file", "[key]\nbackend = \"transit\"\n[key.transit]\naddresses = [\"https://bao:8200\"]\ntoken_file = \"/nonexistent/t\"\nca_file = \"" + loose + "\"\n"},
 		{"key.transit.token_file", "[key]\nbackend = \"transit\"\n[key.transit]\naddresses = [\"https://bao:8200\"]\ntoken_file = \"" + loose + "\"\n"},

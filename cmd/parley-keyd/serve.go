@@ -80,9 +80,15 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		cfg.Socket = protocol.DefaultSocket
 	}
 	// The state folder too: a folder above it that others may write lets
-	// them swap the whole folder, key and log (property 12).
+	// them swap the whole folder, key and log; and the daemon's own
+	// program (property 12).
 	if err := filetrust.Check(state, uint32(os.Geteuid())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return withHint(fmt.Errorf("state folder: %w", err), trustHint(err))
+	}
+	if exe, err := os.Executable(); err == nil {
+		if err := filetrust.Check(exe, uint32(os.Geteuid())); err != nil {
+			return withHint(fmt.Errorf("the daemon's program: %w", err), trustHint(err))
+		}
 	}
 	signer, err := openSigner(cfg, state, passFile, logger)
 	if err != nil {

@@ -358,3 +358,32 @@ func TestTrustStateFolderAbove(t *testing.T) {
 		t.Errorf("serve after the fix: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// TestTrustDaemonProgram: a parley-keyd binary the agent may replace is
+// refused by itself.
+func TestTrustDaemonProgram(t *testing.T) {
+	e := newE2E(t)
+	b, err := os.ReadFile(filepath.Join(e.bin, "parley-keyd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(e.agentDir(), "parley-keyd")
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(exe, int(e.agent.uid), int(e.agent.gid))
+	cmd := testpeer.RunAs(e.daemon.uid, e.daemon.gid, nil, exe, "serve", "--state", e.state)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "PARLEY_KEYD_CONFIG_DIR=" + e.etc}
+	done := make(chan []byte, 1)
+	go func() { out, _ := cmd.CombinedOutput(); done <- out }()
+	select {
+	case out := <-done:
+		if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(string(out), "the daemon's program: "+e.agentDir()) {
+			t.Errorf("serve from the agent's copy: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("the daemon served from a program the agent may replace")
+	}
+}
