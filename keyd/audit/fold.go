@@ -44,6 +44,20 @@ func (f *folds) init() { f.runs = map[string]*foldRun{} }
 // the run ended without its stop checkpoint. Grants are never folded:
 // records of other kinds go to Append.
 func (l *Log) AppendFolded(rec Record) (seq uint64, folded bool, err error) {
+	return l.AppendFoldedFor(rec, l.o.FoldWindow)
+}
+
+// AppendFoldedFor is AppendFolded with a window of its own: repeats that
+// come within window of the run's first record are counted into one record
+// written when the window ends (at the latest when the log closes). The
+// daemon folds the refusals of a caller past its rate for as long as the
+// rate's horizon, so that such a caller adds a record or two a minute, not
+// one a second (DESIGN.md property 14). A window of zero or less is
+// Options.FoldWindow.
+func (l *Log) AppendFoldedFor(rec Record, window time.Duration) (seq uint64, folded bool, err error) {
+	if window <= 0 {
+		window = l.o.FoldWindow
+	}
 	switch rec.Kind {
 	case KindDeny, KindTimeout, KindWithdrawn, KindError, KindRequest, KindDecide:
 	default:
@@ -79,7 +93,7 @@ func (l *Log) AppendFolded(rec Record) (seq uint64, folded bool, err error) {
 	l.folds.mu.Lock()
 	if _, ok := l.folds.runs[key]; ok || len(l.folds.runs) < maxFoldRuns {
 		if old := l.folds.runs[key]; old == nil || old.count == 0 {
-			l.folds.runs[key] = &foldRun{rec: b, until: now.Add(l.o.FoldWindow)}
+			l.folds.runs[key] = &foldRun{rec: b, until: now.Add(window)}
 		}
 	}
 	l.folds.mu.Unlock()

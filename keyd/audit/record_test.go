@@ -138,6 +138,35 @@ func TestAppendFolded(t *testing.T) {
 	}
 }
 
+// TestAppendFoldedFor: a run given a window of its own counts repeats for
+// that long, past the log's fold window, and its count is written when
+// that window ends.
+func TestAppendFoldedFor(t *testing.T) {
+	clock := newTestClock()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	o := signedOptions(clock)
+	o.FoldWindow = time.Second
+	l := openWith(t, o, path)
+	rec := Record{Kind: KindRequest, Verb: "HELLO", Caller: &Caller{UID: 1000}, Decision: "limit", Message: "past the rate"}
+	if _, f, err := l.AppendFoldedFor(rec, time.Hour); err != nil || f {
+		t.Fatalf("the first of a run: folded %v, %v", f, err)
+	}
+	clock.Advance(10 * time.Minute) // many fold windows of the log, one of the run's
+	for i := range 100 {
+		if _, f, err := l.AppendFoldedFor(rec, time.Hour); err != nil || !f {
+			t.Fatalf("repeat %d: folded %v, %v", i, f, err)
+		}
+	}
+	if strings.Contains(strings.Join(fileLines(t, path), ""), `"folded"`) {
+		t.Error("the count was written before its window ended")
+	}
+	clock.Advance(time.Hour)
+	waitFor(t, "the counted record", func() bool {
+		return strings.Contains(strings.Join(fileLines(t, path), ""), `"folded":{"count":100`)
+	})
+	mustClose(t, l)
+}
+
 // BenchmarkAppendFolded: a folded refusal costs no write.
 func BenchmarkAppendFolded(b *testing.B) {
 	l := auditTestOpen(b, filepath.Join(b.TempDir(), "audit.log"))
