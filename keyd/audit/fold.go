@@ -14,7 +14,7 @@ const maxFoldRuns = 4096
 type folds struct {
 	mu        sync.Mutex
 	runs      map[string]*foldRun
-	unwritten []*foldRun // runs whose record could not be written yet
+	unwritten []*foldRun // runs ended whose record is not written yet
 }
 
 type foldRun struct {
@@ -73,7 +73,8 @@ func (l *Log) AppendFoldedFor(rec Record, window time.Duration) (seq uint64, fol
 	key := foldKey(b)
 	now := l.now()
 	l.folds.mu.Lock()
-	if run := l.folds.runs[key]; run != nil && now.Before(run.until) {
+	run := l.folds.runs[key]
+	if run != nil && now.Before(run.until) {
 		if run.count == 0 {
 			run.first = now
 		}
@@ -85,18 +86,24 @@ func (l *Log) AppendFoldedFor(rec Record, window time.Duration) (seq uint64, fol
 		l.folds.mu.Unlock()
 		return 0, true, nil
 	}
+	// The run starts before its first record is written, so that repeats
+	// that come while it is written fold into it. Attack: thirty-two
+	// requests in flight that each found no run while the first one's
+	// record waited for its fsync, and were each written on their own.
+	// A run whose window ended, with counts not yet written, is written at
+	// the next flush; until then its repeats start the next run (else
+	// each of them would be written on its own until that flush).
+	if run != nil && run.count > 0 {
+		l.folds.unwritten = append(l.folds.unwritten, run)
+	}
+	if run != nil || len(l.folds.runs) < maxFoldRuns {
+		l.folds.runs[key] = &foldRun{rec: b, until: now.Add(window)}
+	}
 	l.folds.mu.Unlock()
 	seq, err = l.Append(rec)
 	if err != nil {
 		return 0, false, err
 	}
-	l.folds.mu.Lock()
-	if _, ok := l.folds.runs[key]; ok || len(l.folds.runs) < maxFoldRuns {
-		if old := l.folds.runs[key]; old == nil || old.count == 0 {
-			l.folds.runs[key] = &foldRun{rec: b, until: now.Add(window)}
-		}
-	}
-	l.folds.mu.Unlock()
 	return seq, false, nil
 }
 

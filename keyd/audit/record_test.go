@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -136,6 +138,41 @@ func TestAppendFolded(t *testing.T) {
 	if !strings.Contains(FormatRecord(&Record{Kind: KindDeny, Folded: &counted[0]}), "repeated=999") {
 		t.Error("show does not say how many")
 	}
+}
+
+// TestAppendFoldedConcurrent: repeats that come while the first of their
+// run is being written fold into it; none is written on its own.
+func TestAppendFoldedConcurrent(t *testing.T) {
+	clock := newTestClock()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	o := signedOptions(clock)
+	o.FoldWindow = time.Hour
+	l := openWith(t, o, path)
+	var written, folded atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				rec := Record{Kind: KindRequest, Verb: "EXPLAIN", RequestID: fmt.Sprintf("r%d_%d", g, i), Caller: &Caller{UID: 1000}, Decision: "limit"}
+				_, f, err := l.AppendFolded(rec)
+				switch {
+				case err != nil:
+					t.Error(err)
+				case f:
+					folded.Add(1)
+				default:
+					written.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if written.Load() != 1 || folded.Load() != 64*20-1 {
+		t.Errorf("%d concurrent repeats: %d written, %d folded; want 1 written", 64*20, written.Load(), folded.Load())
+	}
+	mustClose(t, l)
 }
 
 // TestAppendFoldedFor: a run given a window of its own counts repeats for
