@@ -96,7 +96,15 @@ func (l *Log) AppendFoldedFor(rec Record, window time.Duration) (seq uint64, fol
 	if run != nil && run.count > 0 {
 		l.folds.unwritten = append(l.folds.unwritten, run)
 	}
-	if run != nil || len(l.folds.runs) < maxFoldRuns {
+	// Runs of a longer window (callers past their rate) have room of
+	// their own past maxFoldRuns. Attack: a caller with a high rate that
+	// fills the table with refusals each unlike the last, so that another
+	// caller's repeats past its rate start no run and are each written.
+	room := maxFoldRuns
+	if window > l.o.FoldWindow {
+		room = 2 * maxFoldRuns
+	}
+	if run != nil || len(l.folds.runs) < room {
 		l.folds.runs[key] = &foldRun{rec: b, until: now.Add(window)}
 	}
 	l.folds.mu.Unlock()

@@ -140,6 +140,38 @@ func TestAppendFolded(t *testing.T) {
 	}
 }
 
+// TestAppendFoldedForRoom: runs of a longer window still start when
+// refusals each unlike the last have filled the table of runs.
+func TestAppendFoldedForRoom(t *testing.T) {
+	clock := newTestClock()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	o := signedOptions(clock)
+	o.FoldWindow = time.Hour
+	l := openWith(t, o, path)
+	// Appended from many goroutines at once, they share their fsyncs.
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < maxFoldRuns; i += 64 {
+				l.AppendFolded(Record{Kind: KindDeny, Caller: &Caller{UID: 1}, Message: fmt.Sprintf("unlike %d", i)})
+			}
+		}()
+	}
+	wg.Wait()
+	over := Record{Kind: KindRequest, Verb: "HELLO", Caller: &Caller{UID: 2}, Decision: "limit"}
+	if _, f, err := l.AppendFoldedFor(over, 2*time.Hour); err != nil || f {
+		t.Fatalf("the first past the rate: folded %v, %v", f, err)
+	}
+	for i := range 10 {
+		if _, f, err := l.AppendFoldedFor(over, 2*time.Hour); err != nil || !f {
+			t.Fatalf("repeat %d past the rate with the table full: folded %v, %v", i, f, err)
+		}
+	}
+	mustClose(t, l)
+}
+
 // TestAppendFoldedConcurrent: repeats that come while the first of their
 // run is being written fold into it; none is written on its own.
 func TestAppendFoldedConcurrent(t *testing.T) {
