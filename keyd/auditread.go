@@ -116,9 +116,9 @@ func (s *Server) auditRead(r *request) (*protocol.Frame, error) {
 	if q.Until != 0 {
 		f.Until = time.Unix(q.Until, 0)
 	}
-	page, err := readAuditPage(files, f, limit)
-	if err == nil && q.Wait && len(page.Records) == 0 && !page.More {
-		page, err = s.waitAuditPage(r.ctx, files, f, limit, page.Head)
+	page, news, err := readAuditPage(files, f, limit)
+	if err == nil && q.Wait && !news && !page.More {
+		page, err = s.waitAuditPage(r.ctx, files, f, limit, page)
 	}
 	if err != nil {
 		s.logf("AUDIT from %s: %v", r.caller.name(), err)
@@ -132,43 +132,100 @@ func (s *Server) auditRead(r *request) (*protocol.Frame, error) {
 	return &protocol.Frame{Kind: protocol.KindAudit, Data: raw}, nil
 }
 
-// waitAuditPage waits, at most auditWait and while ctx lasts, for the log to
-// grow past head, then reads again.
-func (s *Server) waitAuditPage(ctx context.Context, files auditFiles, f audit.Filter, limit int, head uint64) (protocol.AuditPage, error) {
+// waitAuditPage waits, at most auditWait and while ctx lasts, for a record
+// that is news past the page it was given (one that is not the record of a
+// read of the log, see isNews), then reads the page again. At the end of
+// the wait it returns the page as it then stands.
+//
+// Attack (issue 20 item 3): a follower (parley-grant audit --follow) whose
+// every AUDIT's own record woke its next one wrote 3,198 records in 5 s on
+// an idle daemon, and two followers would wake each other for ever. Reads
+// of the log wake no reader, whoever made them.
+func (s *Server) waitAuditPage(ctx context.Context, files auditFiles, f audit.Filter, limit int, page protocol.AuditPage) (protocol.AuditPage, error) {
 	deadline := time.NewTimer(auditWait)
 	defer deadline.Stop()
 	tick := time.NewTicker(auditPoll)
 	defer tick.Stop()
+	// seen is the last seq known to hold no news.
+	seen := page.Head
+	again := func() (protocol.AuditPage, error) {
+		p, _, err := readAuditPage(files, f, limit)
+		return p, err
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			return protocol.AuditPage{Next: max(f.FromSeq, head+1), Head: head}, nil
+			return page, nil
 		case <-deadline.C:
-			return protocol.AuditPage{Next: max(f.FromSeq, head+1), Head: head}, nil
+			return again()
 		case <-tick.C:
-			if files.Head().Seq > head {
-				f.FromSeq = max(f.FromSeq, head+1)
-				return readAuditPage(files, f, limit)
+			head := files.Head().Seq
+			if head <= seen {
+				continue
 			}
+			news, last, err := newsAfter(files, f, seen)
+			if err != nil {
+				return page, err
+			}
+			if news {
+				return again()
+			}
+			// Everything up to head was read (the scan reads on to the
+			// end): none of it is news for this reader.
+			seen = max(seen, last, head)
 		}
 	}
+}
+
+// isNews reports whether a follower of the log is woken by rec: every
+// record but one of a read of the log (an AUDIT or a WATCH, whoever made
+// it, folded or not) and the log's checkpoints (which sign what is there
+// and come with the next record that is news).
+func isNews(rec *audit.Record) bool {
+	if rec.Kind == audit.KindCheckpoint {
+		return false
+	}
+	return rec.Verb != protocol.VerbAudit && rec.Verb != protocol.VerbWatch
+}
+
+var errNews = errors.New("news")
+
+// newsAfter reports whether a record after seq after that f selects is
+// news, and the last seq it read when none is. It reads from the first
+// record after after on (audit.Read finds it by bisecting), so a reader
+// that waits reads only what came while it waited.
+func newsAfter(files auditFiles, f audit.Filter, after uint64) (news bool, last uint64, err error) {
+	f.FromSeq = max(f.FromSeq, after+1)
+	last = after
+	err = audit.Read(files.Path(), f, func(_ []byte, rec *audit.Record) error {
+		if isNews(rec) {
+			return errNews
+		}
+		last = rec.Seq
+		return nil
+	})
+	if errors.Is(err, errNews) {
+		return true, last, nil
+	}
+	return false, last, err
 }
 
 var errPageFull = errors.New("page full")
 
 // readAuditPage reads at most limit records (and MaxAuditPageBytes) that f
-// selects. Next is where the following page starts: after the last record
-// read, or past the head when nothing more was there.
-func readAuditPage(files auditFiles, f audit.Filter, limit int) (protocol.AuditPage, error) {
-	page := protocol.AuditPage{Records: []json.RawMessage{}, Lines: []string{}}
+// selects, and reports whether one of them is news (isNews). Next is where
+// the following page starts: after the last record read, or past the head
+// when nothing more was there.
+func readAuditPage(files auditFiles, f audit.Filter, limit int) (page protocol.AuditPage, news bool, err error) {
+	page = protocol.AuditPage{Records: []json.RawMessage{}, Lines: []string{}}
 	head := files.Head().Seq
 	if f.FromSeq > head+1 {
 		// Past the head: nothing to read (a follower ahead of the log).
 		page.Next, page.Head = f.FromSeq, head
-		return page, nil
+		return page, false, nil
 	}
 	size := 0
-	err := audit.Read(files.Path(), f, func(line []byte, rec *audit.Record) error {
+	err = audit.Read(files.Path(), f, func(line []byte, rec *audit.Record) error {
 		if len(page.Records) >= limit || size+len(line) > protocol.MaxAuditPageBytes {
 			page.More = true
 			return errPageFull
@@ -177,10 +234,11 @@ func readAuditPage(files auditFiles, f audit.Filter, limit int) (protocol.AuditP
 		page.Lines = append(page.Lines, audit.FormatRecord(rec))
 		page.Next = rec.Seq + 1
 		size += len(line)
+		news = news || isNews(rec)
 		return nil
 	})
 	if err != nil && !errors.Is(err, errPageFull) {
-		return page, err
+		return page, news, err
 	}
 	page.Head = head
 	if page.Next > 0 {
@@ -189,5 +247,5 @@ func readAuditPage(files auditFiles, f audit.Filter, limit int) (protocol.AuditP
 	if !page.More {
 		page.Next = max(page.Next, head+1, f.FromSeq)
 	}
-	return page, nil
+	return page, news, nil
 }

@@ -46,6 +46,12 @@ type request struct {
 	// recorded is set once the request's record is written (record): a
 	// step whose record must precede what it causes writes it early.
 	recorded bool
+	// charged is set once the request counted against its caller's rate
+	// (chargeFor); over when it found the rate used up, and overWho names
+	// the bucket: its record is then cut and folded (rate.go).
+	charged bool
+	over    bool
+	overWho string
 }
 
 func (r *request) event(message string, data any) {
@@ -89,6 +95,13 @@ func knownVerb(verb string) bool {
 func (s *Server) Handle(ctx context.Context, caller Caller, f *protocol.Frame, events func(message string, data any)) (*protocol.Frame, error) {
 	r := &request{ctx: ctx, caller: caller, f: f, events: events,
 		rec: audit.Record{RequestID: newRequestID(), Verb: f.Verb, Caller: caller.audit()}}
+	// Property 14: every request counts against its caller's rate. A verb
+	// that names a holder key counts once its step has read the key.
+	if !namesHolder(f.Verb) {
+		if err := s.chargeFor(r, s.policy.Load(), ""); err != nil {
+			return s.finish(r, nil, err)
+		}
+	}
 	reply, err := s.run(r)
 	return s.finish(r, reply, err)
 }
@@ -181,7 +194,13 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 		}
 	}
 	if !r.recorded {
-		s.auditRefusal(*rec)
+		// A request refused before its step counted it counts now.
+		s.chargeFor(r, s.policy.Load(), "")
+		if r.over && !changesState(rec) {
+			s.auditOver(*rec, r.overWho)
+		} else {
+			s.auditRefusal(*rec)
+		}
 	}
 	r.settle(err)
 	return reply, err
@@ -384,21 +403,17 @@ func (s *Server) checkProof(r *request, holder, verb, target string, now int64) 
 	return nil
 }
 
-// agent names the caller's policy agent and takes one request from its rate.
+// agent names the caller's policy agent. The request counted against that
+// agent's rate for the caller's uid when its holder key was read
+// (chargeFor). Attack: one OS user using up another's rate. The rate is
+// counted per agent and per uid: an agent that matches many users
+// (any = true, a group) is many callers (issue 10 item 5).
 func (s *Server) agent(r *request, pol *policies.Policy, holder string) (string, error) {
 	name, ok := pol.AgentFor(r.caller.policy(holder))
 	if !ok {
 		return "", &protocol.Error{Code: protocol.CodeForbidden,
 			Message: fmt.Sprintf("the policy names no agent for %s with this key", r.caller.phrase()),
 			Fix:     "an admin adds an [[agent]] entry for this user, executable or key to the policy"}
-	}
-	// Attack: one OS user using up another's rate. The rate is counted
-	// per agent and per uid: an agent that matches many users (any = true,
-	// a group) is many callers (issue 10 item 5).
-	if ok, retry := s.limiter.Allow(pol, name, r.caller.Identity.UID, s.now()); !ok {
-		secs := max(int(retry.Seconds()+0.999), 1)
-		return "", &protocol.Error{Code: protocol.CodeLimit,
-			Message: fmt.Sprintf("agent %q is over its request rate for user %s", name, r.caller.Identity.User), Retry: secs}
 	}
 	return name, nil
 }
@@ -414,6 +429,12 @@ func (s *Server) grantRequest(r *request) (*protocol.Frame, error) {
 	now := s.now().Unix()
 	body, holder, req, err := parseGrantBody(r.f.Grant, now)
 	r.rec.Holder, r.rec.Requested = body.Holder, caveatsJSON(body.Caveats)
+	// The rate is counted before the proof is checked: a caller past its
+	// rate costs no signature check either.
+	pol := s.policy.Load()
+	if err := s.chargeFor(r, pol, body.Holder); err != nil {
+		return nil, err
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -424,7 +445,6 @@ func (s *Server) grantRequest(r *request) (*protocol.Frame, error) {
 	if err := s.checkProof(r, body.Holder, protocol.ProofVerbGrant, digest, now); err != nil {
 		return nil, err
 	}
-	pol := s.policy.Load()
 	agent, err := s.agent(r, pol, body.Holder)
 	if err != nil {
 		return nil, err
@@ -582,10 +602,13 @@ func (s *Server) explain(r *request) (*protocol.Frame, error) {
 	now := s.now().Unix()
 	body, _, req, err := parseGrantBody(r.f.Grant, now)
 	r.rec.Holder = body.Holder
+	pol := s.policy.Load()
+	if err := s.chargeFor(r, pol, body.Holder); err != nil {
+		return nil, err
+	}
 	if err != nil {
 		return nil, err
 	}
-	pol := s.policy.Load()
 	d := pol.Decide(r.caller.policy(body.Holder), req)
 	r.rec.Decision, r.rec.DecidedBy = "ok", &audit.Decider{Rule: d.Rule}
 	out := map[string]any{
@@ -653,6 +676,10 @@ func (s *Server) consent(r *request) (*protocol.Frame, error) {
 	f := r.f
 	now := s.now().Unix()
 	r.rec.Holder = f.Holder
+	pol := s.policy.Load()
+	if err := s.chargeFor(r, pol, f.Holder); err != nil {
+		return nil, err
+	}
 	if f.Service == "" || len(f.Consent) == 0 || len(f.Proposal) == 0 || f.Holder == "" {
 		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "CONSENT needs \"service\", \"consent\", \"proposal\" and \"holder\""}
 	}
@@ -675,7 +702,6 @@ func (s *Server) consent(r *request) (*protocol.Frame, error) {
 	if err := s.checkProof(r, f.Holder, protocol.ProofVerbConsent, cr.Hash, now); err != nil {
 		return nil, err
 	}
-	pol := s.policy.Load()
 	agent, err := s.agent(r, pol, f.Holder)
 	if err != nil {
 		return nil, err

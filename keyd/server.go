@@ -745,11 +745,18 @@ func (c *conn) caller() Caller {
 // refuse answers a frame that never became a request (it could not be read,
 // or the connection may not take it now), and records the refusal: every
 // frame from an accepted caller leaves a record (property 11), folded when
-// it repeats.
+// it repeats, and counts against the caller's rate (property 14), past
+// which its record is cut to what the caller does not choose.
 func (c *conn) refuse(re, verb string, e *protocol.Error) {
 	c.send(errorFrame(re, e))
-	c.s.auditRefusal(audit.Record{Kind: refusalKind(verb, e.Code), RequestID: newRequestID(), Verb: verb,
-		Caller: c.caller().audit(), Decision: string(e.Code), Message: e.Message})
+	caller := c.caller()
+	rec := audit.Record{Kind: refusalKind(verb, e.Code), RequestID: newRequestID(), Verb: verb,
+		Caller: caller.audit(), Decision: string(e.Code), Message: e.Message}
+	if over, _, who := c.s.overRate(caller, c.s.policy.Load(), ""); over {
+		c.s.auditOver(rec, who)
+		return
+	}
+	c.s.auditRefusal(rec)
 }
 
 func (c *conn) claimID(id string) bool {

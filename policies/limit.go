@@ -42,9 +42,20 @@ func (l *Limiter) Allow(p *Policy, agent string, uid uint32, now time.Time) (ok 
 	if a == nil {
 		return false, time.Minute
 	}
-	interval := time.Minute / time.Duration(a.rate)
-	burst := time.Duration(a.rate-1) * interval
-	key := limitKey{agent, uid}
+	return l.Take(agent, uid, a.rate, now)
+}
+
+// Take takes one request of the caller (name, uid) from a bucket of rate
+// requests a minute at time now, as Allow does for an agent of a policy.
+// It is for callers a policy names no agent for (the daemon picks their
+// name and rate); an agent's name never collides with one that is not
+// an agent name (one that is empty or holds a colon). A rate below 1
+// counts as 1.
+func (l *Limiter) Take(name string, uid uint32, rate int, now time.Time) (ok bool, retry time.Duration) {
+	rate = max(rate, 1)
+	interval := time.Minute / time.Duration(rate)
+	burst := time.Duration(rate-1) * interval
+	key := limitKey{name, uid}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	tat, seen := l.tat[key]

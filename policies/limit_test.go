@@ -97,3 +97,26 @@ func TestLimiterConcurrent(t *testing.T) {
 		t.Errorf("allowed %d of 160 simultaneous requests, want exactly the rate, 50", allowed)
 	}
 }
+
+// TestLimiterTake: a bucket the daemon names (no agent of the policy) has
+// the rate it is given, and shares nothing with an agent's bucket of the
+// same uid.
+func TestLimiterTake(t *testing.T) {
+	p := mustParse(t, "[[agent]]\nname = \"a\"\nuid = [1]\nrate = 2\n")
+	l := NewLimiter()
+	t0 := time.Unix(now, 0)
+	for i := range 3 {
+		if ok, _ := l.Take("", 1, 3, t0); !ok {
+			t.Fatalf("take %d of a bucket of 3 refused", i+1)
+		}
+	}
+	if ok, retry := l.Take("", 1, 3, t0); ok || retry != 20*time.Second {
+		t.Errorf("a fourth take of 3 a minute = %v, %v; want false, 20s", ok, retry)
+	}
+	if ok, _ := l.Allow(p, "a", 1, t0); !ok {
+		t.Error("agent a's bucket is taken by the daemon's bucket of the same uid")
+	}
+	if ok, _ := l.Take("", 1, 0, t0.Add(time.Minute)); !ok {
+		t.Error("a rate of 0 refused after a minute; it counts as 1")
+	}
+}

@@ -253,6 +253,7 @@ func (e *e2e) start() {
 	for {
 		select {
 		case err := <-e.exited:
+			e.proc = nil // the clean-up has nothing left to wait for
 			e.t.Fatalf("daemon exited: %v\n%s", err, e.stderr)
 		default:
 		}

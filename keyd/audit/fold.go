@@ -14,7 +14,7 @@ const maxFoldRuns = 4096
 type folds struct {
 	mu        sync.Mutex
 	runs      map[string]*foldRun
-	unwritten []*foldRun // runs whose record could not be written yet
+	unwritten []*foldRun // runs ended whose record is not written yet
 }
 
 type foldRun struct {
@@ -44,6 +44,20 @@ func (f *folds) init() { f.runs = map[string]*foldRun{} }
 // the run ended without its stop checkpoint. Grants are never folded:
 // records of other kinds go to Append.
 func (l *Log) AppendFolded(rec Record) (seq uint64, folded bool, err error) {
+	return l.AppendFoldedFor(rec, l.o.FoldWindow)
+}
+
+// AppendFoldedFor is AppendFolded with a window of its own: repeats that
+// come within window of the run's first record are counted into one record
+// written when the window ends (at the latest when the log closes). The
+// daemon folds the refusals of a caller past its rate for as long as the
+// rate's horizon, so that such a caller adds a record or two a minute, not
+// one a second (DESIGN.md property 14). A window of zero or less is
+// Options.FoldWindow.
+func (l *Log) AppendFoldedFor(rec Record, window time.Duration) (seq uint64, folded bool, err error) {
+	if window <= 0 {
+		window = l.o.FoldWindow
+	}
 	switch rec.Kind {
 	case KindDeny, KindTimeout, KindWithdrawn, KindError, KindRequest, KindDecide:
 	default:
@@ -59,7 +73,8 @@ func (l *Log) AppendFolded(rec Record) (seq uint64, folded bool, err error) {
 	key := foldKey(b)
 	now := l.now()
 	l.folds.mu.Lock()
-	if run := l.folds.runs[key]; run != nil && now.Before(run.until) {
+	run := l.folds.runs[key]
+	if run != nil && now.Before(run.until) {
 		if run.count == 0 {
 			run.first = now
 		}
@@ -71,18 +86,32 @@ func (l *Log) AppendFolded(rec Record) (seq uint64, folded bool, err error) {
 		l.folds.mu.Unlock()
 		return 0, true, nil
 	}
+	// The run starts before its first record is written, so that repeats
+	// that come while it is written fold into it. Attack: thirty-two
+	// requests in flight that each found no run while the first one's
+	// record waited for its fsync, and were each written on their own.
+	// A run whose window ended, with counts not yet written, is written at
+	// the next flush; until then its repeats start the next run (else
+	// each of them would be written on its own until that flush).
+	if run != nil && run.count > 0 {
+		l.folds.unwritten = append(l.folds.unwritten, run)
+	}
+	// Runs of a longer window (callers past their rate) have room of
+	// their own past maxFoldRuns. Attack: a caller with a high rate that
+	// fills the table with refusals each unlike the last, so that another
+	// caller's repeats past its rate start no run and are each written.
+	room := maxFoldRuns
+	if window > l.o.FoldWindow {
+		room = 2 * maxFoldRuns
+	}
+	if run != nil || len(l.folds.runs) < room {
+		l.folds.runs[key] = &foldRun{rec: b, until: now.Add(window)}
+	}
 	l.folds.mu.Unlock()
 	seq, err = l.Append(rec)
 	if err != nil {
 		return 0, false, err
 	}
-	l.folds.mu.Lock()
-	if _, ok := l.folds.runs[key]; ok || len(l.folds.runs) < maxFoldRuns {
-		if old := l.folds.runs[key]; old == nil || old.count == 0 {
-			l.folds.runs[key] = &foldRun{rec: b, until: now.Add(l.o.FoldWindow)}
-		}
-	}
-	l.folds.mu.Unlock()
 	return seq, false, nil
 }
 

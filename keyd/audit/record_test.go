@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -136,6 +138,102 @@ func TestAppendFolded(t *testing.T) {
 	if !strings.Contains(FormatRecord(&Record{Kind: KindDeny, Folded: &counted[0]}), "repeated=999") {
 		t.Error("show does not say how many")
 	}
+}
+
+// TestAppendFoldedForRoom: runs of a longer window still start when
+// refusals each unlike the last have filled the table of runs.
+func TestAppendFoldedForRoom(t *testing.T) {
+	clock := newTestClock()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	o := signedOptions(clock)
+	o.FoldWindow = time.Hour
+	l := openWith(t, o, path)
+	// Appended from many goroutines at once, they share their fsyncs.
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < maxFoldRuns; i += 64 {
+				l.AppendFolded(Record{Kind: KindDeny, Caller: &Caller{UID: 1}, Message: fmt.Sprintf("unlike %d", i)})
+			}
+		}()
+	}
+	wg.Wait()
+	over := Record{Kind: KindRequest, Verb: "HELLO", Caller: &Caller{UID: 2}, Decision: "limit"}
+	if _, f, err := l.AppendFoldedFor(over, 2*time.Hour); err != nil || f {
+		t.Fatalf("the first past the rate: folded %v, %v", f, err)
+	}
+	for i := range 10 {
+		if _, f, err := l.AppendFoldedFor(over, 2*time.Hour); err != nil || !f {
+			t.Fatalf("repeat %d past the rate with the table full: folded %v, %v", i, f, err)
+		}
+	}
+	mustClose(t, l)
+}
+
+// TestAppendFoldedConcurrent: repeats that come while the first of their
+// run is being written fold into it; none is written on its own.
+func TestAppendFoldedConcurrent(t *testing.T) {
+	clock := newTestClock()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	o := signedOptions(clock)
+	o.FoldWindow = time.Hour
+	l := openWith(t, o, path)
+	var written, folded atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				rec := Record{Kind: KindRequest, Verb: "EXPLAIN", RequestID: fmt.Sprintf("r%d_%d", g, i), Caller: &Caller{UID: 1000}, Decision: "limit"}
+				_, f, err := l.AppendFolded(rec)
+				switch {
+				case err != nil:
+					t.Error(err)
+				case f:
+					folded.Add(1)
+				default:
+					written.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if written.Load() != 1 || folded.Load() != 64*20-1 {
+		t.Errorf("%d concurrent repeats: %d written, %d folded; want 1 written", 64*20, written.Load(), folded.Load())
+	}
+	mustClose(t, l)
+}
+
+// TestAppendFoldedFor: a run given a window of its own counts repeats for
+// that long, past the log's fold window, and its count is written when
+// that window ends.
+func TestAppendFoldedFor(t *testing.T) {
+	clock := newTestClock()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	o := signedOptions(clock)
+	o.FoldWindow = time.Second
+	l := openWith(t, o, path)
+	rec := Record{Kind: KindRequest, Verb: "HELLO", Caller: &Caller{UID: 1000}, Decision: "limit", Message: "past the rate"}
+	if _, f, err := l.AppendFoldedFor(rec, time.Hour); err != nil || f {
+		t.Fatalf("the first of a run: folded %v, %v", f, err)
+	}
+	clock.Advance(10 * time.Minute) // many fold windows of the log, one of the run's
+	for i := range 100 {
+		if _, f, err := l.AppendFoldedFor(rec, time.Hour); err != nil || !f {
+			t.Fatalf("repeat %d: folded %v, %v", i, f, err)
+		}
+	}
+	if strings.Contains(strings.Join(fileLines(t, path), ""), `"folded"`) {
+		t.Error("the count was written before its window ended")
+	}
+	clock.Advance(time.Hour)
+	waitFor(t, "the counted record", func() bool {
+		return strings.Contains(strings.Join(fileLines(t, path), ""), `"folded":{"count":100`)
+	})
+	mustClose(t, l)
 }
 
 // BenchmarkAppendFolded: a folded refusal costs no write.
