@@ -67,6 +67,20 @@ type Fault struct {
 	BadSignature bool
 	// Version, when not 0, signs with this version whatever was asked.
 	Version int
+
+	// The hostile modes: a service (or whoever answers at its address)
+	// trying to exhaust the daemon's memory or time, or to get its token.
+
+	// Endless streams a body that never ends: a sign reply whose signature
+	// goes on for ever, or with Status an error body that does. It ends
+	// when the client goes away or the server closes.
+	Endless bool
+	// Drip sends the genuine reply one byte at a time, this long apart.
+	Drip time.Duration
+	// Redirect answers with RedirectStatus (307 when 0) and a Location of
+	// Redirect followed by the request's path.
+	Redirect       string
+	RedirectStatus int
 }
 
 // Token is a token the server accepts.
@@ -108,6 +122,12 @@ type Server struct {
 	Signs, Reads, Logins, Renewals, Lookups atomic.Int64
 	// Failed counts the requests a fault answered.
 	Failed atomic.Int64
+	// Requests counts every request; Streamed the bytes an Endless fault
+	// sent.
+	Requests, Streamed atomic.Int64
+
+	seenMu sync.Mutex
+	seen   map[string]int // tokens that arrived, with their counts
 }
 
 // New starts a server over plain HTTP on the loopback address, with the
@@ -241,6 +261,18 @@ func (s *Server) PublicKey(name string, v int) ed25519.PublicKey {
 	return k.versions[v].Public().(ed25519.PublicKey)
 }
 
+// PrivateKey returns version v of key name, or nil: for a test that puts
+// the same key in another server, as a replicated cluster holds it.
+func (s *Server) PrivateKey(name string, v int) ed25519.PrivateKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.keys[name]
+	if k == nil {
+		return nil
+	}
+	return k.versions[v]
+}
+
 func (s *Server) newKeyLocked(name string) *key {
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	k := &key{versions: map[int]ed25519.PrivateKey{1: priv}, latest: 1}
@@ -265,7 +297,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 }
 
+// TokenSeen reports how many requests carried tok (in X-Vault-Token),
+// whether or not the server accepts it.
+func (s *Server) TokenSeen(tok string) int {
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	return s.seen[tok]
+}
+
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.Requests.Add(1)
+	if tok := r.Header.Get("X-Vault-Token"); tok != "" {
+		s.seenMu.Lock()
+		if s.seen == nil {
+			s.seen = map[string]int{}
+		}
+		s.seen[tok]++
+		s.seenMu.Unlock()
+	}
 	s.mu.Lock()
 	f := s.fault
 	s.mu.Unlock()
@@ -289,23 +338,104 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			}
 			panic(http.ErrAbortHandler)
 		}
+		if f.Redirect != "" {
+			s.Failed.Add(1)
+			code := f.RedirectStatus
+			if code == 0 {
+				code = http.StatusTemporaryRedirect
+			}
+			w.Header().Set("Location", f.Redirect+r.URL.Path)
+			w.WriteHeader(code)
+			return
+		}
+		if f.Endless {
+			s.Failed.Add(1)
+			status := http.StatusOK
+			if f.Status != 0 {
+				status = f.Status
+			}
+			s.stream(w, r, status)
+			return
+		}
 		if f.Status != 0 {
 			s.Failed.Add(1)
 			writeJSON(w, f.Status, map[string]any{"errors": []string{http.StatusText(f.Status)}})
 			return
 		}
 	}
+	status, body := http.StatusOK, any(nil)
 	data, auth, err := s.route(r, f)
-	if err != nil {
-		writeJSON(w, err.status, map[string]any{"errors": []string{err.msg}})
-		return
-	}
-	if data == nil && auth == nil {
+	switch {
+	case err != nil:
+		status, body = err.status, map[string]any{"errors": []string{err.msg}}
+	case data == nil && auth == nil:
 		w.WriteHeader(http.StatusNoContent)
 		return
+	default:
+		body = map[string]any{"request_id": "test", "lease_id": "", "renewable": false, "lease_duration": 0, "data": data, "auth": auth}
 	}
-	body := map[string]any{"request_id": "test", "lease_id": "", "renewable": false, "lease_duration": 0, "data": data, "auth": auth}
-	writeJSON(w, http.StatusOK, body)
+	if f != nil && f.Drip > 0 && strings.Contains(r.URL.Path, f.Path) {
+		s.Failed.Add(1)
+		s.drip(w, r, status, body, f.Drip)
+		return
+	}
+	writeJSON(w, status, body)
+}
+
+// stream answers with a JSON body that never ends: a reply whose one
+// string (a signature, or an error) goes on until the client goes away.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, status int) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	head := `{"data":{"key_version":1,"signature":"vault:v1:`
+	if status >= 400 {
+		head = `{"errors":["`
+	}
+	chunk := []byte(strings.Repeat("QUFB", 16<<10))
+	flusher, _ := w.(http.Flusher)
+	if _, err := io.WriteString(w, head); err != nil {
+		return
+	}
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-s.quit:
+			return
+		default:
+		}
+		n, err := w.Write(chunk)
+		s.Streamed.Add(int64(n))
+		if err != nil {
+			return
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+}
+
+// drip writes the reply one byte every d.
+func (s *Server) drip(w http.ResponseWriter, r *http.Request, status int, body any, d time.Duration) {
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	flusher, _ := w.(http.Flusher)
+	for i := range b {
+		if _, err := w.Write(b[i : i+1]); err != nil {
+			return
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			return
+		case <-s.quit:
+			return
+		}
+	}
 }
 
 // route answers one request: the "data" or "auth" member of the reply.

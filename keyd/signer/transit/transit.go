@@ -13,6 +13,9 @@
 //     addresses, which are tried in turn). A service that is down, slow,
 //     refuses or answers garbage makes Sign return a
 //     *signer.UnavailableError within that deadline; nothing hangs.
+//   - Every reply is read up to a bound of a few KiB (64 KiB for a key's
+//     description), error bodies too, and no redirect is followed: the
+//     token goes to the configured addresses only (bounded.go).
 //   - The token is renewed, and AppRole logs in again, before it lapses.
 //
 // The endpoints used: POST <mount>/sign/<name>, GET <mount>/keys/<name>,
@@ -139,16 +142,27 @@ func newClient(cfg signer.TransitConfig, addr string) (*api.Client, error) {
 	conf.MaxRetries = 0
 	conf.Timeout = cfg.Timeout.Duration
 	conf.DisableEnvironment = true
-	if tr, ok := conf.HttpClient.Transport.(*http.Transport); ok {
-		// Keep a connection for each of the daemon's concurrent signers
-		// rather than dialing (and for TLS, shaking hands) again.
-		tr.MaxIdleConnsPerHost = 64
+	// Attack: a reply redirecting to another host and port, where the
+	// library would resend the request with the daemon's token. No
+	// redirect is followed, by the library or by net/http.
+	conf.DisableRedirects = true
+	conf.HttpClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	tr, ok := conf.HttpClient.Transport.(*http.Transport)
+	if !ok {
+		return nil, errors.New("transit: the key service client has an unexpected transport")
 	}
+	// Keep a connection for each of the daemon's concurrent signers
+	// rather than dialing (and for TLS, shaking hands) again.
+	tr.MaxIdleConnsPerHost = 64
+	tr.MaxResponseHeaderBytes = maxHeaders
 	if cfg.CAFile != "" || cfg.TLSServerName != "" {
 		if err := conf.ConfigureTLS(&api.TLSConfig{CACert: cfg.CAFile, TLSServerName: cfg.TLSServerName}); err != nil {
 			return nil, fmt.Errorf("transit: TLS for %s: %w", addr, err)
 		}
 	}
+	// Last, once TLS is set on the transport itself: every reply is cut
+	// at its bound (bounded.go).
+	conf.HttpClient.Transport = boundedTransport{base: tr}
 	c, err := api.NewClient(conf)
 	if err != nil {
 		return nil, fmt.Errorf("transit: %s: %w", addr, err)
