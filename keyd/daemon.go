@@ -66,8 +66,10 @@ type Daemon struct {
 	opts Options
 	log  *audit.Log // nil when Options.Audit was given
 
-	logMu  sync.Mutex // guards closed
-	closed bool
+	logMu   sync.Mutex // guards closed
+	closed  bool
+	closing chan struct{} // closed by closeLog
+	once    sync.Once
 }
 
 // New loads the policy (unless given), opens the audit log in the state
@@ -143,6 +145,10 @@ func auditOptions(o Options) (audit.Options, error) {
 	if ao.Signer == nil {
 		ao.Signer = o.Signer
 	}
+	// Nothing is written before Run: a start that fails (the socket is
+	// taken) leaves the log as it was, and a key service that is down
+	// delays the open checkpoint instead of the start (Daemon.Run).
+	ao.Deferred = true
 	return ao, nil
 }
 
@@ -240,16 +246,16 @@ func (e *InUseError) Error() string {
 // handlers), writes the stop record and closes the audit log. It returns the
 // listener's error if serving stopped for another reason.
 func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
-	if _, err := d.audit.Append(audit.Record{Kind: audit.KindStart,
-		Message: fmt.Sprintf("pid %d, socket %s, principal %s, signer %s", os.Getpid(), ln.Addr(), d.principal, d.opts.SignerInfo)}); err != nil {
+	headDone, serr := d.start(ln)
+	if serr != nil {
 		ln.Close()
 		d.closeLog()
-		return fmt.Errorf("audit log: %w", err)
+		return fmt.Errorf("audit log: %w", serr)
 	}
-	d.reportHead("start")
 	served := make(chan error, 1)
 	go func() { served <- d.Serve(ln) }()
-	// The socket listens and the start record is written: ready.
+	// The socket listens and the start record is written (or waits for
+	// the key service): ready.
 	d.sdNotify(daemon.SdNotifyReady + "\n" + d.statusLine(ln.Addr().String()))
 	wctx, stopWatchdog := context.WithCancel(context.Background())
 	defer stopWatchdog()
@@ -284,8 +290,42 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 	}
 	// Closing the log writes its stop checkpoint: report the head after it.
 	d.closeLog()
+	<-headDone
 	d.reportHead("stop")
 	return err
+}
+
+// start writes the start record, with the log's open checkpoint before it
+// in the same write, now that the daemon has its socket (issue 21: a start
+// that failed later still wrote an open checkpoint). A key service that
+// cannot sign it yet does not stop the start: the daemon serves, every
+// record and so every grant is refused as unavailable, and the log writes
+// both once the signer answers. The head is reported once they are
+// written; headDone is closed after that, or when the log closes first.
+func (d *Daemon) start(ln net.Listener) (headDone <-chan struct{}, err error) {
+	rec := audit.Record{Kind: audit.KindStart,
+		Message: fmt.Sprintf("pid %d, socket %s, principal %s, signer %s", os.Getpid(), ln.Addr(), d.principal, d.opts.SignerInfo)}
+	done := make(chan struct{})
+	if d.log == nil {
+		_, err := d.audit.Append(rec)
+		close(done)
+		return done, err
+	}
+	if err := d.log.Start(rec); err != nil {
+		if !errors.Is(err, audit.ErrUnavailable) {
+			return nil, err
+		}
+		d.logf("%v; serving, with every grant refused as unavailable until it is written", err)
+	}
+	go func() {
+		defer close(done)
+		select {
+		case <-d.log.Started():
+			d.reportHead("start")
+		case <-d.logClosed():
+		}
+	}()
+	return done, nil
 }
 
 // Reload reopens the audit log if it was moved under the daemon, and
@@ -332,8 +372,19 @@ func (d *Daemon) Reload() error {
 func (d *Daemon) closeLog() {
 	d.logMu.Lock()
 	defer d.logMu.Unlock()
-	if d.log != nil && !d.closed {
+	if !d.closed {
 		d.closed = true
-		d.log.Close()
+		if d.log != nil {
+			if err := d.log.Close(); err != nil {
+				d.logf("audit log: %v", err)
+			}
+		}
+		close(d.logClosed())
 	}
+}
+
+// logClosed is closed once closeLog has run.
+func (d *Daemon) logClosed() chan struct{} {
+	d.once.Do(func() { d.closing = make(chan struct{}) })
+	return d.closing
 }

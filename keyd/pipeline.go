@@ -258,6 +258,14 @@ func (s *Server) unavailableAudit(err error) error {
 	e := &protocol.Error{Code: protocol.CodeUnavailable, Message: "the audit log cannot be written, so no grant was issued",
 		Fix: "an admin checks the state folder's disk space and permissions", Retry: 5}
 	var v *audit.VanishedError
+	var w *audit.WaitingError
+	if errors.As(err, &w) {
+		// Started while the key service was down: the log's open
+		// checkpoint, and so every record, waits for the signer.
+		e.Message = "the daemon's key service has not yet signed the audit log's open checkpoint, so no grant was issued"
+		e.Fix = "ask again later; an approver sees the key service's state with: parley-grant status"
+		e.Retry = max(int(w.Retry.Seconds()+0.5), 1)
+	}
 	if errors.As(err, &v) {
 		e.Message = "the audit log was moved, removed or truncated under the daemon, so no grant was issued"
 		e.Fix = "an admin restores the log, or makes the daemon start a new segment with: systemctl reload parley-keyd"

@@ -120,6 +120,7 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 	ctx, stop := context.WithCancel(context.Background())
 	h.stop = stop
 	go func() { h.served <- h.srv.Run(ctx, ln) }()
+	waitStarted(t, h.srv)
 	t.Cleanup(func() {
 		stop()
 		select {
@@ -987,5 +988,20 @@ func TestServeAfterShutdownClosesListener(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Errorf("the socket file outlived Serve: %v", err)
+	}
+}
+
+// waitStarted returns once Run has written the log's open checkpoint and
+// start record: tests that call Handle or the log directly, without the
+// socket, come after them as requests do.
+func waitStarted(t testing.TB, d *Daemon) {
+	t.Helper()
+	if d.AuditLog() == nil {
+		return
+	}
+	select {
+	case <-d.AuditLog().Started():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the daemon's audit log did not start within 15 s")
 	}
 }

@@ -44,6 +44,16 @@ func Start(t testing.TB, cfg *keyd.Config, policy, state string, edit ...func(*k
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- d.Run(ctx, ln) }()
+	// Run writes the log's open checkpoint and start record first: a test
+	// reading the log, or calling the daemon without the socket, comes
+	// after them, as a request does.
+	if l := d.AuditLog(); l != nil {
+		select {
+		case <-l.Started():
+		case <-time.After(15 * time.Second):
+			t.Fatal("the daemon's audit log did not start within 15 s")
+		}
+	}
 	t.Cleanup(func() {
 		stop()
 		select {

@@ -3,6 +3,7 @@ package audit
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrClosed is returned by Append after Close.
@@ -69,3 +70,35 @@ func (e *Error) Error() string {
 func unavailable(what string, err error) error {
 	return fmt.Errorf("%s: %w: %w", what, ErrUnavailable, err)
 }
+
+// WaitingError is Append's refusal while a log opened with
+// Options.Deferred has not written its open checkpoint: the daemon has not
+// started serving yet, or its signer (a key service) has not signed that
+// checkpoint yet. The log tries again by itself. It wraps ErrUnavailable.
+type WaitingError struct {
+	// Err is why the last attempt failed; nil before Start.
+	Err error
+	// Retry is when the log tries again, as a hint for clients.
+	Retry time.Duration
+}
+
+func (e *WaitingError) Error() string {
+	if e.Err == nil {
+		return "audit log: not started yet (the daemon is starting)"
+	}
+	return fmt.Sprintf("audit log: waiting to sign its open checkpoint: %v", e.Err)
+}
+
+// Unwrap makes errors.Is(err, ErrUnavailable) true, and reaches the cause.
+func (e *WaitingError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrUnavailable}
+	}
+	return []error{ErrUnavailable, e.Err}
+}
+
+// signError is a checkpoint its signer could not sign.
+type signError struct{ err error }
+
+func (e *signError) Error() string { return e.err.Error() }
+func (e *signError) Unwrap() error { return e.err }

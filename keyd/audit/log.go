@@ -34,6 +34,7 @@ const (
 	DefaultSegmentSize        = 64 << 20
 	DefaultFoldWindow         = time.Second
 	DefaultWitnessTimeout     = 10 * time.Second
+	DefaultStartRetry         = 2 * time.Second
 )
 
 // Journal MESSAGE_IDs of the entries the log writes, for journalctl
@@ -94,6 +95,16 @@ type Options struct {
 	FoldWindow time.Duration
 	// WitnessTimeout bounds one delivery to one witness.
 	WitnessTimeout time.Duration
+	// Deferred makes Open check the log and write nothing to it: the
+	// checkpoint that opens the log (or creates it), and the records of
+	// what Open found, wait for Start, which the daemon calls once it is
+	// sure to serve. When the Signer cannot sign then (a key service that
+	// is down), the log tries again every StartRetry until it can; until
+	// it has, Append refuses with a *WaitingError (ErrUnavailable).
+	Deferred bool
+	// StartRetry is how often a deferred log tries its open checkpoint
+	// again; zero means DefaultStartRetry.
+	StartRetry time.Duration
 	// Now is the clock and Rand the source of a new log's id; nil means
 	// time.Now and crypto/rand.
 	Now  func() time.Time
@@ -187,6 +198,18 @@ type Log struct {
 	buf      bytes.Buffer
 	closeErr error
 
+	// A deferred log (Options.Deferred) until its open checkpoint is
+	// written: what Open found, Start's records, when to try again. A log
+	// that did not exist has no file yet (f is nil, toCreate set).
+	waiting  *openState
+	then     []Record
+	startReq bool
+	startAt  time.Time
+	toCreate bool
+	started  atomic.Bool
+	opened   chan struct{} // closed once the open checkpoint is written
+	waitErr  error         // why the last attempt failed; guarded by headMu
+
 	headMu   sync.Mutex
 	headCopy Head
 	cpCopy   *Checkpoint
@@ -261,14 +284,18 @@ func (o Options) Open(path string) (*Log, error) {
 	if o.Rand == nil {
 		o.Rand = rand.Reader
 	}
+	if o.StartRetry <= 0 {
+		o.StartRetry = DefaultStartRetry
+	}
 	l := &Log{
-		path: path,
-		dir:  filepath.Dir(path),
-		o:    o,
-		now:  o.Now,
-		ctl:  make(chan func()),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		opened: make(chan struct{}),
+		path:   path,
+		dir:    filepath.Dir(path),
+		o:      o,
+		now:    o.Now,
+		ctl:    make(chan func()),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	if o.Signer != nil {
 		pub, ok := o.Signer.Public().(ed25519.PublicKey)
@@ -283,13 +310,16 @@ func (o Options) Open(path string) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.f = f
-	st, err := l.load(created)
-	if err != nil {
-		f.Close()
-		return nil, err
+	st := &openState{created: true}
+	if f != nil {
+		l.f = f
+		st, err = l.load(created)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		l.setMode()
 	}
-	l.setMode()
 	l.headCopy = Head{Seq: l.seq, Hash: l.head}
 	l.wit.init(l)
 	go l.writer()
@@ -348,32 +378,43 @@ func (l *Log) openActive() (f *os.File, created bool, err error) {
 		}
 		return f, true, nil
 	}
-	// A signed log appears at its path already holding its first
-	// checkpoint, so an empty file is never a log the daemon wrote.
 	id := make([]byte, 16)
 	if _, err := io.ReadFull(l.o.Rand, id); err != nil {
 		return nil, false, fmt.Errorf("audit log id: %w", err)
 	}
 	l.logID = base64.RawURLEncoding.EncodeToString(id)
+	if l.o.Deferred {
+		// Made by Start, signed: nothing is written before.
+		l.toCreate = true
+		return nil, true, nil
+	}
+	f, err = l.create()
+	return f, err == nil, err
+}
+
+// create makes a new signed log at the log's path. A signed log appears
+// there already holding its first checkpoint, so an empty file is never a
+// log the daemon wrote.
+func (l *Log) create() (*os.File, error) {
 	cp, err := l.makeCheckpoint(ReasonCreate, 0, "")
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	line := checkpointLine(1, cp)
-	f, err = l.newFile(func(f *os.File) error {
+	f, err := l.newFile(func(f *os.File) error {
 		if err := os.Link(f.Name(), l.path); err != nil {
 			return fmt.Errorf("create audit log: %w", err)
 		}
 		return nil
 	}, append(line, '\n'))
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if l.o.Journal != nil {
 		l.journalRecord(line, &Record{Seq: 1, Time: cp.Time, Kind: KindCheckpoint, Checkpoint: cp}, lineHash(line))
 	}
 	l.created = cp
-	return f, true, nil
+	return f, nil
 }
 
 // finishRotation undoes a rotation that a crash interrupted after the
@@ -747,14 +788,44 @@ func readTorn(f io.ReaderAt, name string, off, size int64, read *int64) (tornTai
 	return t, nil
 }
 
-// afterOpen repairs what load found and records it, checks the witnesses,
-// and writes the open checkpoint. It runs with the writer started.
+// afterOpen checks the witnesses, then repairs what load found, records it
+// and writes the open checkpoint, or with Options.Deferred leaves that to
+// Start. It runs with the writer started.
 func (l *Log) afterOpen(st *openState) error {
 	if err := l.checkWitnesses(st); err != nil {
 		return err
 	}
-	if st.torn.size > 0 {
-		if err := l.do(func() error { return l.cutTorn(st.tornOff) }); err != nil {
+	if l.o.Deferred {
+		return l.do(func() error { l.waiting = st; return nil })
+	}
+	if err := l.do(func() error { return l.openCheckpoint(st) }); err != nil {
+		return err
+	}
+	l.started.Store(true)
+	close(l.opened)
+	return nil
+}
+
+// openCheckpoint creates the log if it is still to be made, cuts a torn
+// tail, and writes the open checkpoint with the records of what load found
+// and then. It holds wmu. Tried again after a failure, it does the same.
+func (l *Log) openCheckpoint(st *openState, then ...Record) error {
+	if l.toCreate {
+		f, err := l.create()
+		if err != nil {
+			return err
+		}
+		l.toCreate, l.f = false, f
+		if _, err := l.load(true); err != nil {
+			return err
+		}
+		l.setMode()
+		l.headMu.Lock()
+		l.headCopy = Head{Seq: l.seq, Hash: l.head}
+		l.headMu.Unlock()
+	}
+	if st.torn.size > 0 && l.end > st.tornOff {
+		if err := l.cutTorn(st.tornOff); err != nil {
 			return err
 		}
 	}
@@ -785,25 +856,88 @@ func (l *Log) afterOpen(st *openState) error {
 			recs = append(recs, Record{Kind: KindRecovered, Message: msg})
 		}
 	}
+	recs = append(recs, then...)
+	if l.created != nil {
+		l.checkpointed(l.created)
+		l.created = nil
+	}
+	if l.pub != nil && !st.created {
+		// One write and fsync for the checkpoint and what it found.
+		if err := l.writeCheckpoint(ReasonOpen, recs...); err != nil {
+			return err
+		}
+	} else if len(recs) > 0 {
+		if err := l.commitInternal(recs...); err != nil {
+			return err
+		}
+	}
+	if st.migrate {
+		return l.rotate()
+	}
+	return nil
+}
+
+// Start writes the open checkpoint of a log opened with Options.Deferred,
+// with what Open found to record and then the records of then (the
+// daemon's start record), in one write. When that fails (the signer cannot
+// sign now, the disk is full), Start returns the error and the log tries
+// again every Options.StartRetry until it succeeds or closes; Append
+// refuses meanwhile. Started tells when it succeeded.
+func (l *Log) Start(then ...Record) error {
+	if !l.o.Deferred {
+		return errors.New("audit log: Start is for a log opened with Options.Deferred")
+	}
+	for i := range then {
+		if !kinds[then[i].Kind] {
+			return fmt.Errorf("audit record of unknown kind %q", clean(then[i].Kind, 40))
+		}
+		bound(&then[i])
+	}
 	return l.do(func() error {
-		if l.created != nil {
-			l.checkpointed(l.created)
+		if l.startReq {
+			return errors.New("audit log: Start was called already")
 		}
-		if l.pub != nil && !st.created {
-			// One write and fsync for the checkpoint and what it found.
-			if err := l.writeCheckpoint(ReasonOpen, recs...); err != nil {
-				return err
-			}
-		} else if len(recs) > 0 {
-			if err := l.commitInternal(recs...); err != nil {
-				return err
-			}
-		}
-		if st.migrate {
-			return l.rotate()
-		}
-		return nil
+		l.startReq, l.then = true, then
+		return l.tryStart()
 	})
+}
+
+// Started is closed once the log's open checkpoint is written.
+func (l *Log) Started() <-chan struct{} { return l.opened }
+
+// tryStart makes one attempt at the open checkpoint of a deferred log. It
+// holds wmu.
+func (l *Log) tryStart() error {
+	err := l.openCheckpoint(l.waiting, l.then...)
+	if err != nil {
+		l.startAt = l.now().Add(l.o.StartRetry)
+		l.headMu.Lock()
+		first := l.waitErr == nil
+		l.waitErr = err
+		l.headMu.Unlock()
+		l.o.Journal.Send(journal.Entry{Priority: journal.Err, Key: "audit-open-waiting", Always: first,
+			Message: fmt.Sprintf("audit log %s: the open checkpoint could not be written; no grant is issued until it is (trying again every %v): %v", l.path, l.o.StartRetry, err)})
+		return &WaitingError{Err: err, Retry: l.o.StartRetry}
+	}
+	l.waiting, l.then = nil, nil
+	l.headMu.Lock()
+	waited := l.waitErr != nil
+	l.waitErr = nil
+	l.headMu.Unlock()
+	l.started.Store(true)
+	close(l.opened)
+	if waited {
+		l.o.Journal.Send(journal.Entry{Priority: journal.Notice, Always: true,
+			Message: fmt.Sprintf("audit log %s: the open checkpoint is written; issuance resumes", l.path)})
+	}
+	return nil
+}
+
+// waitingError is Append's refusal before the open checkpoint.
+func (l *Log) waitingError() error {
+	l.headMu.Lock()
+	defer l.headMu.Unlock()
+	return &WaitingError{Err: l.waitErr, Retry: l.o.StartRetry}
 }
 
 // cutTorn truncates the active segment to off.
@@ -848,6 +982,10 @@ func (l *Log) Append(rec Record) (seq uint64, err error) {
 	if l.closed {
 		l.mu.RUnlock()
 		return 0, ErrClosed
+	}
+	if !l.started.Load() {
+		l.mu.RUnlock()
+		return 0, l.waitingError()
 	}
 	l.pmu.Lock()
 	l.pending = append(l.pending, req)
@@ -947,6 +1085,9 @@ func (l *Log) Checkpoint() (*Checkpoint, error) {
 	}
 	var cp *Checkpoint
 	err := l.do(func() error {
+		if !l.started.Load() {
+			return l.waitingError()
+		}
 		if err := l.ready(); err != nil {
 			return err
 		}
@@ -990,12 +1131,18 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	<-l.done
 	err := l.closeErr
-	if werr := l.wit.stop(l.LastCheckpoint()); werr != nil && err == nil {
+	var final *Checkpoint
+	if l.started.Load() {
+		final = l.LastCheckpoint()
+	}
+	if werr := l.wit.stop(final); werr != nil && err == nil {
 		err = werr
 	}
 	l.subs.closeAll()
-	if cerr := l.f.Close(); err == nil {
-		err = cerr
+	if l.f != nil {
+		if cerr := l.f.Close(); err == nil {
+			err = cerr
+		}
 	}
 	return err
 }
@@ -1009,7 +1156,9 @@ func (l *Log) closeQuiet() {
 	l.mu.Unlock()
 	<-l.done
 	l.wit.stop(nil)
-	l.f.Close()
+	if l.f != nil {
+		l.f.Close()
+	}
 }
 
 func (l *Log) writer() {
@@ -1052,6 +1201,14 @@ func (l *Log) finish() {
 	if l.quiet.Load() {
 		return
 	}
+	if !l.started.Load() {
+		// Nothing was written in this run, so there is nothing to
+		// close: the log ends as the previous run left it.
+		l.closeErr = l.waitingError()
+		l.o.Journal.Send(journal.Entry{Priority: journal.Warning, Always: true,
+			Message: fmt.Sprintf("audit log %s: stopped before its open checkpoint was written; this run wrote no record (%v)", l.path, l.closeErr)})
+		return
+	}
 	if err := l.flushFolds(true); err != nil {
 		l.closeErr = err
 	}
@@ -1062,6 +1219,20 @@ func (l *Log) finish() {
 		}
 		if err := l.writeCheckpoint(ReasonStop); err != nil {
 			l.closeErr = err
+			var se *signError
+			if errors.As(err, &se) {
+				// Never silently missing: the log says that its stop
+				// checkpoint could not be signed, and why.
+				rec := Record{Kind: KindUnsigned, Message: fmt.Sprintf(
+					"the stop checkpoint could not be signed: %v. Records %d–%d (this one the last) are covered by no signature until the next start's checkpoint",
+					cleanText(err.Error(), 400), l.seq-uint64(l.sinceCP)+1, l.seq+1)}
+				if l.sinceCP == 0 {
+					rec.Message = fmt.Sprintf("the stop checkpoint could not be signed: %v", cleanText(err.Error(), 400))
+				}
+				if cerr := l.commitInternal(rec); cerr != nil {
+					l.closeErr = errors.Join(err, cerr)
+				}
+			}
 		}
 	}
 	if err := l.trim(); err != nil && l.closeErr == nil {
@@ -1233,7 +1404,7 @@ func (l *Log) commitInternal(recs ...Record) error {
 func (l *Log) makeCheckpoint(reason string, seq uint64, hash string) (*Checkpoint, error) {
 	cp := &Checkpoint{Log: l.logID, Seq: seq, Hash: hash, Time: l.now().UTC().Format(time.RFC3339Nano), Reason: reason}
 	if err := signCheckpoint(cp, l.o.Signer); err != nil {
-		return nil, err
+		return nil, &signError{err}
 	}
 	return cp, nil
 }
@@ -1269,6 +1440,12 @@ func (l *Log) checkpointed(cp *Checkpoint) {
 func (l *Log) maintain(tick bool) {
 	if tick {
 		l.flushFolds(false)
+	}
+	if !l.started.Load() {
+		if l.startReq && !l.now().Before(l.startAt) {
+			l.tryStart()
+		}
+		return
 	}
 	if l.pub == nil || l.vanished != nil {
 		return

@@ -225,6 +225,9 @@ func (l *Log) Reopen() error {
 }
 
 func (l *Log) reopen() error {
+	if !l.started.Load() {
+		return l.waitingError()
+	}
 	err := l.ready()
 	var ve *VanishedError
 	if err == nil || !errors.As(err, &ve) {
