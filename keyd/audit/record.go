@@ -36,14 +36,15 @@ const (
 	// KindCheckpoint holds a signed checkpoint (see Checkpoint). Only the
 	// log writes it.
 	KindCheckpoint = "checkpoint"
-	// KindUnsigned says that a checkpoint was due and its signer could not
-	// sign it (a key service that was down at the daemon's stop), and why:
-	// the records since the last checkpoint are covered by none until the
-	// next. Only the log writes it.
-	KindUnsigned = "unsigned"
-	KindLock     = "lock"   // an approver locked the daemon: every request is refused
-	KindUnlock   = "unlock" // an approver lifted the lock
+	KindLock       = "lock"   // an approver locked the daemon: every request is refused
+	KindUnlock     = "unlock" // an approver lifted the lock
 )
+
+// KindUnsigned says that a checkpoint was due and its signer could not sign
+// it (a key service that was down at the daemon's stop), and why: the
+// records since the last checkpoint are covered by none until the next.
+// Only the log writes it.
+const KindUnsigned = "unsigned"
 
 // kinds are the kinds a caller may append.
 var kinds = map[string]bool{
