@@ -1525,7 +1525,7 @@ func (l *Log) journalRecord(line []byte, rec *Record, hash string) {
 	case KindLock, KindUnlock:
 		// A human pressed the stop button, or lifted it.
 		p, always = journal.Warning, true
-	case KindError, KindRecovered:
+	case KindError, KindRecovered, KindUnsigned:
 		p = journal.Warning
 	case KindCheckpoint:
 		p, always = journal.Notice, true
