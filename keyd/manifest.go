@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -111,8 +112,21 @@ func (s *Server) keyStatus(ctx context.Context) *protocol.ManifestKey {
 	defer cancel()
 	if err := h.Check(ctx); err != nil {
 		var u *signer.UnavailableError
-		k.Answers = !errors.As(err, &u)
-		k.Problem = shortErr(err)
+		k.Problem = keyProblem(err)
+		if errors.As(err, &u) {
+			// Whether the service answered and refused, or did not
+			// answer at all, with the cause: a 403 is not an outage.
+			k.Answers, k.Refuses, k.Problem = u.Answered, u.Answered, keyProblem(u.Err)
+		}
 	}
 	return k
+}
+
+// keyProblem is a backend's error for status: one line, its cause kept.
+func keyProblem(err error) string {
+	s := strings.Join(strings.Fields(err.Error()), " ")
+	if len(s) > 300 {
+		s = strings.ToValidUTF8(s[:300], "") + "…"
+	}
+	return s
 }

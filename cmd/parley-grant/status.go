@@ -63,6 +63,8 @@ func printStatus(m *protocol.Manifest) {
 			key += ", version " + k.Version
 		}
 		switch {
+		case k.Refuses:
+			fmt.Printf("principal key: %s; it answers but refuses (%s), so grants are refused as unavailable\n", key, k.Problem)
 		case k.Answers && k.Problem == "":
 			fmt.Printf("principal key: %s; it answers\n", key)
 		case k.Answers:

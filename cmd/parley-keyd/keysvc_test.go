@@ -251,3 +251,36 @@ func TestHostileKeyServiceKeepsTheDaemonSmall(t *testing.T) {
 		t.Fatalf("the daemon's peak resident size grew from %d KiB to %d KiB", base, peak)
 	}
 }
+
+// TestGrantStatusShowsKeyServiceCause: parley-grant status said "it does
+// not answer" for every key service error, a 403 (the service answers and
+// refuses the daemon's token) too, and the cause was cut before the status.
+func TestGrantStatusShowsKeyServiceCause(t *testing.T) {
+	b, srv, principal := transitRun(t)
+	b.serve()
+	b.mustGrant(b.client(), principal)
+	for _, tc := range []struct {
+		fault testtransit.Fault
+		want  []string
+	}{
+		{testtransit.Fault{Status: 403}, []string{"it answers but refuses", "HTTP 403", "so grants are refused as unavailable"}},
+		{testtransit.Fault{Status: 503}, []string{"it does not answer", "HTTP 503"}},
+		{testtransit.Fault{Delay: time.Minute}, []string{"it does not answer", "deadline"}},
+		{testtransit.Fault{Redirect: "http://192.0.2.1:8200"}, []string{"it does not answer", "redirect (307)", "not followed"}},
+	} {
+		srv.SetFault(&tc.fault)
+		s := b.status()
+		line := ""
+		for _, l := range strings.Split(s, "\n") {
+			if strings.HasPrefix(l, "principal key:") {
+				line = l
+			}
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(line, w) {
+				t.Errorf("fault %+v: status says %q, want %q in it", tc.fault, line, w)
+			}
+		}
+	}
+	srv.SetFault(nil)
+}

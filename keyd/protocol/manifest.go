@@ -44,6 +44,10 @@ type ManifestKey struct {
 	Key     string `json:"key"`
 	Version string `json:"version,omitempty"`
 	Answers bool   `json:"answers"`
+	// Refuses is set when the backend answers but refuses to sign (a key
+	// service's 403: the daemon's token or its policy), so that grants
+	// are refused as unavailable although it answers.
+	Refuses bool `json:"refuses,omitempty"`
 	// Problem says what is wrong when the backend does not answer, or
 	// answers with a key that is no longer fit (exportable, a version that
 	// may no longer sign).

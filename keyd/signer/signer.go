@@ -298,6 +298,11 @@ type UnavailableError struct {
 	// Retry is how long a client should wait before asking again.
 	Retry time.Duration
 	Err   error
+	// Answered is set when the service did answer, and refused (an HTTP
+	// error status such as 403: the daemon's token or its policy) or
+	// answered something that does not verify, rather than not answering
+	// at all: status says which.
+	Answered bool
 }
 
 func (e *UnavailableError) Error() string {

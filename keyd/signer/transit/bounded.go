@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
+	"unicode"
+
+	"github.com/openbao/openbao/api/v2"
 )
 
 // Reply bounds. Whatever answers at a key service's address may be hostile:
@@ -41,11 +45,7 @@ type RedirectError struct {
 }
 
 func (e *RedirectError) Error() string {
-	loc := e.Location
-	if len(loc) > 120 {
-		loc = loc[:120] + "…"
-	}
-	return fmt.Sprintf("the key service answered with a redirect (%d) to %q, which is not followed: list every node in key.transit.addresses", e.Status, strings.ToValidUTF8(loc, "?"))
+	return fmt.Sprintf("the key service answered with a redirect (%d) to %q, which is not followed: list every node in key.transit.addresses", e.Status, untrusted(e.Location, 120))
 }
 
 // errReplyTooLarge is a reply body longer than its bound.
@@ -111,3 +111,60 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 }
 
 func (b *boundedBody) Close() error { return b.rc.Close() }
+
+// serviceError is a key service's error status, said in one line: the
+// OpenBao client's own message runs over several lines, with the status
+// after the URL, and status and the journal cut it before the status.
+type serviceError struct{ re *api.ResponseError }
+
+func (e *serviceError) Error() string {
+	msg := fmt.Sprintf("HTTP %d (%s)", e.re.StatusCode, http.StatusText(e.re.StatusCode))
+	if len(e.re.Errors) > 0 {
+		msg += ": " + untrusted(strings.Join(e.re.Errors, "; "), 200)
+	}
+	return msg
+}
+
+func (e *serviceError) Unwrap() error { return e.re }
+
+// brief makes one attempt's error short: the address is named already, so
+// the method and URL net/http puts in front go, and an error status is
+// said in one line. What it wraps stays reachable with errors.As.
+func brief(err error) error {
+	var re *api.ResponseError
+	if errors.As(err, &re) {
+		return &serviceError{re: re}
+	}
+	var rd *RedirectError
+	if errors.As(err, &rd) {
+		return rd
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		return ue.Err
+	}
+	return err
+}
+
+// untrusted is text a key service sent, made fit for a log line: control
+// and format characters (escape sequences, bidirectional overrides)
+// become "?", and it is cut at max bytes.
+func untrusted(s string, max int) string {
+	s = strings.ToValidUTF8(s, "?")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return '?'
+		}
+		return r
+	}, s)
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

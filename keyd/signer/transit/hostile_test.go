@@ -1,11 +1,14 @@
 package transit
 
 import (
+	"errors"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/internal/testtransit"
+	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 
 // These tests play a hostile key service, or whoever answers at its
@@ -36,8 +39,8 @@ func TestHostileBodiesAreBounded(t *testing.T) {
 		want  string
 	}{
 		{"fail/endless-signature", testtransit.Fault{Path: "/sign/", Endless: true}, "longer than"},
-		{"fail/endless-error-body", testtransit.Fault{Path: "/sign/", Endless: true, Status: 500}, "Code: 500"},
-		{"fail/endless-403-body", testtransit.Fault{Path: "/sign/", Endless: true, Status: 403}, "Code: 403"},
+		{"fail/endless-error-body", testtransit.Fault{Path: "/sign/", Endless: true, Status: 500}, "HTTP 500"},
+		{"fail/endless-403-body", testtransit.Fault{Path: "/sign/", Endless: true, Status: 403}, "HTTP 403"},
 		{"fail/endless-key-read", testtransit.Fault{Path: "/keys/", Endless: true}, "longer than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,4 +133,37 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 
 func testName(code int, path string) string {
 	return "fail/" + map[int]string{301: "301", 302: "302", 303: "303", 307: "307", 308: "308"}[code] + "-" + path[1:len(path)-1]
+}
+
+// TestAnsweredTellsRefusalFromOutage: a 403 is the service refusing the
+// daemon's token, not an outage; status tells them apart by Answered, and
+// the error says the status in one line.
+func TestAnsweredTellsRefusalFromOutage(t *testing.T) {
+	for _, tc := range []struct {
+		fault    testtransit.Fault
+		answered bool
+		want     string
+	}{
+		{testtransit.Fault{Path: "/sign/", Status: 403}, true, "HTTP 403 (Forbidden): Forbidden"},
+		{testtransit.Fault{Path: "/sign/", Status: 400}, true, "HTTP 400"},
+		{testtransit.Fault{Path: "/sign/", BadSignature: true}, true, "does not verify"},
+		{testtransit.Fault{Path: "/sign/", Status: 503}, false, "HTTP 503 (Service Unavailable)"},
+		{testtransit.Fault{Path: "/sign/", Close: true}, false, "EOF"},
+		{testtransit.Fault{Path: "/sign/", Redirect: "http://192.0.2.1"}, false, "redirect (307)"},
+	} {
+		f := newFixture(t, false)
+		f.cfg.Timeout.Duration = 500 * time.Millisecond
+		s := f.open()
+		f.srv.SetFault(&tc.fault)
+		err := signErr(s)
+		wantUnavailable(t, err, tc.want)
+		var u *signer.UnavailableError
+		errors.As(err, &u)
+		if u.Answered != tc.answered {
+			t.Errorf("fault %+v: Answered %v, want %v (%v)", tc.fault, u.Answered, tc.answered, err)
+		}
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("fault %+v: the error runs over several lines: %q", tc.fault, err)
+		}
+	}
 }

@@ -246,7 +246,7 @@ func (s *Signer) attempt(ctx context.Context, call func(ctx context.Context, c *
 			s.preferred.Store(int32(i))
 			return nil
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", s.cfg.Addresses[i], err))
+		errs = append(errs, fmt.Errorf("%s: %w", s.cfg.Addresses[i], brief(err)))
 		if !failover(err) {
 			break
 		}
@@ -319,7 +319,7 @@ func (s *Signer) Sign(_ io.Reader, message []byte, opts crypto.SignerOpts) ([]by
 			// than at the next renewal.
 			s.auth.kick()
 		}
-		return nil, signer.Unavailable(signer.Transit, retryDown, err)
+		return nil, s.unavailable(err)
 	}
 	return sig, nil
 }
@@ -468,7 +468,7 @@ func (s *Signer) ensure(ctx context.Context) error {
 	s.readyMu.Lock()
 	defer s.readyMu.Unlock()
 	if s.fatal != nil {
-		return signer.Unavailable(signer.Transit, time.Minute, s.fatal)
+		return &signer.UnavailableError{Backend: signer.Transit, Retry: time.Minute, Err: s.fatal, Answered: true}
 	}
 	if s.ready.Load() {
 		return nil
@@ -501,7 +501,16 @@ func (s *Signer) unavailable(err error) error {
 	if errors.As(err, &u) {
 		return err
 	}
-	return signer.Unavailable(signer.Transit, retryDown, err)
+	return &signer.UnavailableError{Backend: signer.Transit, Retry: retryDown, Err: err, Answered: answered(err)}
+}
+
+// answered reports whether the service answered and refused (a 4xx: the
+// token, its policy, the key) or sent a reply refused here, rather than
+// not serving at all (no answer, a 5xx: sealed, overloaded).
+func answered(err error) bool {
+	var re *api.ResponseError
+	var local *localError
+	return errors.As(err, &local) || errors.As(err, &re) && !failover(re)
 }
 
 // Check reads the key from the service within ctx and the signing deadline,

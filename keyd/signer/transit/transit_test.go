@@ -195,9 +195,9 @@ func TestFailures(t *testing.T) {
 		fault testtransit.Fault
 		want  string
 	}{
-		{"fail/403", testtransit.Fault{Path: "/sign/", Status: 403}, "Code: 403"},
-		{"fail/500", testtransit.Fault{Path: "/sign/", Status: 500}, "Code: 500"},
-		{"fail/503-sealed", testtransit.Fault{Path: "/sign/", Status: 503}, "Code: 503"},
+		{"fail/403", testtransit.Fault{Path: "/sign/", Status: 403}, "HTTP 403"},
+		{"fail/500", testtransit.Fault{Path: "/sign/", Status: 500}, "HTTP 500"},
+		{"fail/503-sealed", testtransit.Fault{Path: "/sign/", Status: 503}, "HTTP 503"},
 		{"fail/slow", testtransit.Fault{Path: "/sign/", Delay: time.Minute}, "deadline exceeded"},
 		{"fail/closed-connection", testtransit.Fault{Path: "/sign/", Close: true}, "EOF"},
 		{"fail/bad-signature", testtransit.Fault{Path: "/sign/", BadSignature: true}, "does not verify under principal.pub"},
