@@ -11,6 +11,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/internal/filetrust"
 	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/keyd/signer"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,6 +46,11 @@ func initCommand(config, state string) string {
 	}
 	if d := filepath.Dir(config); d != "/etc/parley-keyd" {
 		c += " --config-dir " + d
+	}
+	// Where the key is in a key service, init must say so: without
+	// --backend it would make a file key (which it refuses to do there).
+	if cfg, err := keyd.LoadConfig(config); err == nil && cfg.Key.Backend != signer.File {
+		c += " --backend " + cfg.Key.Backend
 	}
 	return c
 }

@@ -98,6 +98,9 @@ func runInit(o initOptions) error {
 		if o.importKey || o.tokenFile != "" {
 			return withHint(errors.New("--import and --token-file are for --backend transit"), "parley-keyd init --backend transit --import")
 		}
+		if err := checkNotKeyService(o); err != nil {
+			return err
+		}
 	case signer.Transit, signer.PKCS11:
 		if o.importKey && o.backend != signer.Transit {
 			return errors.New("--import is for --backend transit: a PKCS#11 key is generated in the token")
@@ -105,7 +108,7 @@ func runInit(o initOptions) error {
 		if err := refuseOwnUser(uint32(os.Geteuid()), o.agents, o.approvers, filepath.Join(o.configDir, "config.toml")); err != nil {
 			return err
 		}
-		return initKeyService(o.backend, o.state, o.configDir, o.socket, firstOf(o.agents), firstOf(o.approvers), o.passFile, o.tokenFile, o.importKey)
+		return initKeyService(o)
 	default:
 		return fmt.Errorf("--backend %q is not one of file, transit, pkcs11", o.backend)
 	}
@@ -232,6 +235,29 @@ func refuseOwnUser(uid uint32, agents, approvers []string, cfgPath string) error
 		return usage(err, "name agents and approvers that are other users than the daemon's; as root: sudo parley-keyd init --user parley-keyd --agent-user AGENT --approver-user HUMAN")
 	}
 	return err
+}
+
+// checkNotKeyService refuses a file key init, before it writes anything,
+// where the principal key is in a key service: the configuration says so,
+// or principal.pub names a principal whose key is not in the state folder.
+// A new file key would replace principal.pub, which services trust, and
+// serve would then refuse the key service's key.
+func checkNotKeyService(o initOptions) error {
+	cfgPath := filepath.Join(o.configDir, "config.toml")
+	if cfg, err := keyd.LoadConfig(cfgPath); err == nil && cfg.Key.Backend != signer.File {
+		return withHint(fmt.Errorf("%s says the principal key is in the %s backend; init without --backend would make a file key instead", cfgPath, cfg.Key.Backend),
+			initCommand(cfgPath, o.state)+" (it uses the key that is there, and keeps principal.pub)")
+	}
+	pubPath := filepath.Join(o.state, keystore.PublicKeyFileName)
+	if _, err := os.Lstat(filepath.Join(o.state, keystore.KeyFileName)); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if pub, err := keystore.PublicKey(o.state); err == nil {
+		return withHint(fmt.Errorf("%s names the principal %s, whose key is not in %s (it is in a key service, or was moved offline); services trust it, so init does not make another",
+			pubPath, grant.FormatPublicKey(pub), o.state),
+			"for a key service, set its [key] table and run: parley-keyd init --backend transit (or pkcs11); to bring a file key back: parley-keyd key restore")
+	}
+	return nil
 }
 
 // userExists reports an error when name is neither a user nor a uid that

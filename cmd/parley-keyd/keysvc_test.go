@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/internal/testtransit"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 )
@@ -283,4 +285,215 @@ func TestGrantStatusShowsKeyServiceCause(t *testing.T) {
 		}
 	}
 	srv.SetFault(nil)
+}
+
+// keyLines returns status's lines about the key, hints included.
+func keyLines(out string) []string {
+	var lines []string
+	in := false
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 2 && (f[0] == "ok" || f[0] == "warn" || f[0] == "fail"):
+			in = f[1] == "key"
+		case len(f) >= 1 && f[0] == "hint:":
+		default:
+			in = false
+		}
+		if in {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// TestStatusAndInitKnowTheKeyService: in a transit set-up, status said "no
+// principal key" and suggested an init that made a file key and replaced
+// principal.pub, after which serve refused. Now status names the key in
+// the key service, and a file init refuses to replace the principal.
+func TestStatusAndInitKnowTheKeyService(t *testing.T) {
+	b, _, principal := transitRun(t)
+	cfgPath := filepath.Join(b.state, "config.toml")
+	r := b.keyd(false, "status", "--state", b.state, "--config", cfgPath, "--skip", "socket,audit,units,lock")
+	lines := keyLines(r.stdout)
+	joined := strings.Join(lines, "\n")
+	if len(lines) == 0 || !strings.HasPrefix(lines[0], "ok") || !strings.Contains(joined, principal) || !strings.Contains(joined, "transit") {
+		t.Fatalf("status's key check in a transit set-up:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stdout, "init --state") || strings.Contains(r.stdout, "init\n") {
+		t.Fatalf("status suggests an init that would make a file key:\n%s", r.stdout)
+	}
+	// A principal.key left on the disk is worth a warning.
+	pubBefore, _ := os.ReadFile(filepath.Join(b.state, "principal.pub"))
+
+	for _, args := range [][]string{
+		{"init", "--state", b.state},
+		{"init", "--state", b.state, "--config-dir", b.state},
+	} {
+		r = b.keyd(false, args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "--backend transit") {
+			t.Fatalf("%s in a transit set-up: %+v", strings.Join(args, " "), r)
+		}
+		if _, err := os.Stat(filepath.Join(b.state, "principal.key")); err == nil {
+			t.Fatalf("%s made a file key in a transit set-up", strings.Join(args, " "))
+		}
+		if pub, _ := os.ReadFile(filepath.Join(b.state, "principal.pub")); string(pub) != string(pubBefore) {
+			t.Fatalf("%s replaced principal.pub", strings.Join(args, " "))
+		}
+	}
+	// Without the configuration that says so, principal.pub alone still
+	// names a principal whose key is elsewhere: init does not replace it.
+	os.Rename(cfgPath, cfgPath+".away")
+	r = b.keyd(false, "init", "--state", b.state)
+	if r.code == 0 || !strings.Contains(r.stderr, "principal.pub") {
+		t.Fatalf("init with principal.pub and no principal.key: %+v", r)
+	}
+	if pub, _ := os.ReadFile(filepath.Join(b.state, "principal.pub")); string(pub) != string(pubBefore) {
+		t.Fatal("init replaced principal.pub")
+	}
+	if _, err := os.Stat(cfgPath); err == nil {
+		t.Fatal("the refused init wrote a configuration")
+	}
+	os.Rename(cfgPath+".away", cfgPath)
+	// The key service's own init still works: it uses the existing key.
+	r = b.keyd(true, "init", "--backend", "transit", "--state", b.state, "--token-file", filepath.Join(b.dir, "admin-token"))
+	if strings.TrimSpace(r.stdout) != principal {
+		t.Fatalf("init --backend transit again: %+v", r)
+	}
+}
+
+// TestInitTransitAsRootForTheDaemonUser: run as root, init --backend
+// transit ignored --user and left root-owned folders the daemon could not
+// read, and with --import it demanded a chown root that breaks the daemon.
+// Now the state folder and principal.pub are the daemon user's, the
+// configuration root's with the daemon's group, and the daemon serves.
+func TestInitTransitAsRootForTheDaemonUser(t *testing.T) {
+	testpeer.RequirePeers(t)
+	for _, importKey := range []bool{false, true} {
+		name := "create"
+		if importKey {
+			name = "import"
+		}
+		t.Run(name, func(t *testing.T) {
+			bin := binaries(t)
+			daemon := osUser(t, e2eDaemonUser)
+			osUser(t, e2eAgentUser)
+			osUser(t, e2eHumanUser)
+			base := testpeer.SharedDir(t)
+			etc, state, run := filepath.Join(base, "etc"), filepath.Join(base, "state"), filepath.Join(base, "run")
+			os.Mkdir(run, 0o755)
+			os.Chown(run, int(daemon.uid), int(daemon.gid))
+			sock := filepath.Join(run, "agent.sock")
+			srv := testtransit.New()
+			defer srv.Close()
+			srv.AddToken("s.admin", testtransit.Token{})
+			srv.AddToken("s.daemon", testtransit.Token{})
+			admin := filepath.Join(base, "admin-token")
+			os.WriteFile(admin, []byte("s.admin\n"), 0o600)
+			daemonTok := filepath.Join(base, "bao-token")
+			os.WriteFile(daemonTok, []byte("s.daemon\n"), 0o600)
+			os.Chown(daemonTok, int(daemon.uid), int(daemon.gid))
+			root := ids{0, 0}
+			runKeyd := func(who ids, args ...string) result {
+				cmd := testpeer.RunAs(who.uid, who.gid, nil, filepath.Join(bin, "parley-keyd"), args...)
+				cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}
+				var out, errb strings.Builder
+				cmd.Stdout, cmd.Stderr = &out, &errb
+				err := cmd.Run()
+				code := 0
+				if ee, ok := err.(*exec.ExitError); ok {
+					code = ee.ExitCode()
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				return result{out.String(), errb.String(), code}
+			}
+			var principal string
+			if importKey {
+				r := runKeyd(root, "init", "--user", e2eDaemonUser, "--state", state, "--config-dir", etc, "--socket", sock,
+					"--socket-group", "", "--agent-user", e2eAgentUser, "--approver-user", e2eHumanUser)
+				if r.code != 0 {
+					t.Fatalf("file init: %+v", r)
+				}
+				principal = strings.TrimSpace(r.stdout)
+				os.Remove(filepath.Join(etc, "config.toml"))
+			} else {
+				// First run: no configuration yet, so init writes one
+				// with a [key.transit] table to fill in.
+				r := runKeyd(root, "init", "--backend", "transit", "--user", e2eDaemonUser, "--state", state, "--config-dir", etc,
+					"--socket", sock, "--agent-user", e2eAgentUser, "--approver-user", e2eHumanUser)
+				if r.code == 0 || !strings.Contains(r.stderr, "[key.transit]") {
+					t.Fatalf("init without a configuration: %+v", r)
+				}
+			}
+			cfg := "socket = \"" + sock + "\"\nsocket_mode = \"0666\"\n\n[access]\nagent_users = [\"" + e2eAgentUser + "\"]\napprover_users = [\"" + e2eHumanUser + "\"]\n" +
+				"\n[key]\nbackend = \"transit\"\n[key.transit]\naddresses = [\"" + srv.URL + "\"]\ntoken_file = \"" + daemonTok + "\"\ntimeout = \"1s\"\n"
+			if !importKey {
+				old, err := os.ReadFile(filepath.Join(etc, "config.toml"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				text := string(old)
+				text = strings.Replace(text, `addresses = ["https://bao.example:8200"]`, `addresses = ["`+srv.URL+`"]`, 1)
+				text = strings.Replace(text, `token_file = "bao-token"`, `token_file = "`+daemonTok+`"`, 1)
+				cfg = text
+			}
+			cfgPath := filepath.Join(etc, "config.toml")
+			os.WriteFile(cfgPath, []byte(cfg), 0o640)
+			os.Chown(cfgPath, 0, int(daemon.gid))
+			args := []string{"init", "--backend", "transit", "--user", e2eDaemonUser, "--state", state, "--config-dir", etc, "--token-file", admin}
+			if importKey {
+				args = append(args, "--import")
+			}
+			r := runKeyd(root, args...)
+			if r.code != 0 {
+				t.Fatalf("init --backend transit as root: %+v", r)
+			}
+			if importKey && strings.TrimSpace(r.stdout) != principal {
+				t.Fatalf("--import changed the principal from %s to %s", principal, r.stdout)
+			}
+			for _, c := range []struct {
+				path     string
+				uid, gid uint32
+				mode     os.FileMode
+			}{
+				{state, daemon.uid, daemon.gid, 0o700},
+				{filepath.Join(state, "principal.pub"), daemon.uid, daemon.gid, 0},
+				{etc, 0, daemon.gid, 0o750},
+				{filepath.Join(etc, "policy.toml"), 0, daemon.gid, 0o640},
+			} {
+				fi, err := os.Stat(c.path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st := fi.Sys().(*syscall.Stat_t)
+				if st.Uid != c.uid || st.Gid != c.gid || (c.mode != 0 && fi.Mode().Perm() != c.mode) {
+					t.Errorf("%s is %d:%d mode %04o, want %d:%d mode %04o", c.path, st.Uid, st.Gid, fi.Mode().Perm(), c.uid, c.gid, c.mode)
+				}
+			}
+			if importKey {
+				os.Rename(filepath.Join(state, "principal.key"), filepath.Join(base, "offline.key"))
+			}
+			// The daemon, as its own user, serves with what init made.
+			cmd := testpeer.RunAs(daemon.uid, daemon.gid, nil, filepath.Join(bin, "parley-keyd"), "serve", "--state", state)
+			cmd.Env = []string{"PATH=/usr/bin:/bin", "PARLEY_KEYD_CONFIG_DIR=" + etc}
+			log := &syncBuffer{}
+			cmd.Stderr = log
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				cmd.Process.Signal(syscall.SIGTERM)
+				cmd.Wait()
+			}()
+			waitForSocket(t, sock, log)
+			deadline := time.Now().Add(15 * time.Second)
+			for !strings.Contains(kindsOf(auditRecords(t, state)), "start") && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if !strings.Contains(kindsOf(auditRecords(t, state)), "start") {
+				t.Fatalf("the daemon wrote no start record:\n%s", log)
+			}
+		})
+	}
 }

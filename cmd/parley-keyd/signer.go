@@ -80,14 +80,28 @@ func passphraseFunc(passFile string) func() ([]byte, error) {
 // initKeyService is init for a principal key in a key service: it makes
 // (or finds) the key there and writes its public key to principal.pub. It
 // never replaces a key, and never writes a principal.pub that differs from
-// one already there: services trust that one.
-func initKeyService(kind, state, configDir, socket, agent, approver, passFile, tokenFile string, importKey bool) error {
-	configPath := filepath.Join(configDir, "config.toml")
+// one already there: services trust that one. Run as root, it writes the
+// configuration as root for the daemon's user (--user, or the state
+// folder's owner), as the file backend's init does, then drops to that
+// user before it touches the state folder or the key service: what it
+// makes there is that user's, and what it reads (the CA, the PIN, the file
+// key to import) must be readable by the daemon as it will run.
+func initKeyService(o initOptions) error {
+	kind := o.backend
+	owner, err := daemonUser(o.user, o.state)
+	if err != nil {
+		return err
+	}
+	if owner != nil && filepath.Clean(o.configDir) == filepath.Clean(o.state) {
+		return usage(errors.New("the configuration cannot be in the state folder when root writes it for the daemon's user"),
+			"write it to its own folder: --config-dir /etc/parley-keyd")
+	}
+	configPath := filepath.Join(o.configDir, "config.toml")
 	if _, err := os.Stat(configPath); errors.Is(err, os.ErrNotExist) {
-		if err := writeIfAbsent(configPath, keyd.DefaultConfig(protocol.SocketPath(socket), agent, approver)+signer.Template(kind)); err != nil {
+		if err := writeConfigFile(configPath, keyd.DefaultConfig(protocol.SocketPath(o.socket), firstOf(o.agents), firstOf(o.approvers))+signer.Template(kind), owner, o); err != nil {
 			return err
 		}
-		if err := writeIfAbsent(filepath.Join(configDir, "policy.toml"), policies.DefaultText()); err != nil {
+		if err := writeConfigFile(filepath.Join(o.configDir, "policy.toml"), policies.DefaultText(), owner, o); err != nil {
 			return err
 		}
 		return withHint(fmt.Errorf("wrote %s with a [key.%s] table to fill in", configPath, kind),
@@ -101,17 +115,54 @@ func initKeyService(kind, state, configDir, socket, agent, approver, passFile, t
 		return withHint(fmt.Errorf("%s says [key] backend = %q, not %q", configPath, cfg.Key.Backend, kind),
 			"set backend = \""+kind+"\" in its [key] table")
 	}
-	if err := os.Mkdir(state, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := writeConfigFile(filepath.Join(o.configDir, "policy.toml"), policies.DefaultText(), owner, o); err != nil {
+		return err
+	}
+	// Read what is root's before dropping to the daemon's user: the
+	// admin's token and the passphrase of the file key to import.
+	var tok, pass []byte
+	if kind == signer.Transit {
+		tokenFile := o.tokenFile
+		if tokenFile == "" {
+			tokenFile = cfg.Key.Transit.TokenFile
+		}
+		if tokenFile == "" {
+			return withHint(errors.New("init needs a token that may create the transit key"), "pass --token-file")
+		}
+		if tok, err = signer.ReadCredential(tokenFile); err != nil {
+			return err
+		}
+		defer clear(tok)
+		if o.importKey && o.passFile != "" {
+			if pass, err = readPassphraseFile(o.passFile); err != nil {
+				return err
+			}
+			defer clear(pass)
+		}
+	}
+	if owner != nil {
+		if err := becomeDaemonUser(owner, o.state); err != nil {
+			return err
+		}
+	} else if err := os.Mkdir(o.state, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("init state folder: %w", err)
 	}
-	if err := keystore.CheckPerms(state); err != nil {
+	if err := keystore.CheckPerms(o.state); err != nil {
+		var pe *keystore.PermError
+		if errors.As(err, &pe) {
+			return withHint(err, pe.Fix)
+		}
 		return err
 	}
 	var pub []byte
 	var what string
 	switch kind {
 	case signer.Transit:
-		pub, what, err = initTransit(cfg, state, passFile, tokenFile, importKey)
+		passphrase := passphraseFunc(o.passFile)
+		if pass != nil {
+			passphrase = func() ([]byte, error) { return append([]byte(nil), pass...), nil }
+		}
+		pub, what, err = initTransit(cfg, o.state, string(tok), passphrase, o.importKey)
 	case signer.PKCS11:
 		var created bool
 		pub, created, err = pkcs11.Init(cfg.Key.PKCS11)
@@ -123,43 +174,30 @@ func initKeyService(kind, state, configDir, socket, agent, approver, passFile, t
 	if err != nil {
 		return err
 	}
-	switch old, err := keystore.PublicKey(state); {
+	switch old, err := keystore.PublicKey(o.state); {
 	case err == nil && !old.Equal(ed25519.PublicKey(pub)):
-		return withHint(fmt.Errorf("%s holds another principal key than the %s key service; services trust that one", filepath.Join(state, keystore.PublicKeyFileName), kind),
+		return withHint(fmt.Errorf("%s holds another principal key than the %s key service; services trust that one", filepath.Join(o.state, keystore.PublicKeyFileName), kind),
 			"use --import to move the file key into the key service, or another key name")
 	case err == nil:
 	default:
-		if err := keystore.WritePublicKey(state, pub); err != nil {
+		if err := keystore.WritePublicKey(o.state, pub); err != nil {
 			return fmt.Errorf("write %s: %w", keystore.PublicKeyFileName, err)
 		}
 	}
-	if err := writeIfAbsent(filepath.Join(configDir, "policy.toml"), policies.DefaultText()); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "parley-keyd: %s; public key in %s\n", what, filepath.Join(state, keystore.PublicKeyFileName))
-	if importKey {
-		fmt.Fprintf(os.Stderr, "parley-keyd: %s is still on this disk: move it to offline storage, or shred it\n", filepath.Join(state, keystore.KeyFileName))
+	fmt.Fprintf(os.Stderr, "parley-keyd: %s; public key in %s\n", what, filepath.Join(o.state, keystore.PublicKeyFileName))
+	if o.importKey {
+		fmt.Fprintf(os.Stderr, "parley-keyd: %s is still on this disk: move it to offline storage, or shred it\n", filepath.Join(o.state, keystore.KeyFileName))
 	}
 	fmt.Fprintln(os.Stderr, "parley-keyd: services must trust this principal key:")
 	fmt.Println(grant.FormatPublicKey(pub))
 	return nil
 }
 
-func initTransit(cfg *keyd.Config, state, passFile, tokenFile string, importKey bool) ([]byte, string, error) {
-	if tokenFile == "" {
-		tokenFile = cfg.Key.Transit.TokenFile
-	}
-	if tokenFile == "" {
-		return nil, "", withHint(errors.New("init needs a token that may create the transit key"), "pass --token-file")
-	}
-	tok, err := signer.ReadCredential(tokenFile)
-	if err != nil {
-		return nil, "", err
-	}
-	defer clear(tok)
+func initTransit(cfg *keyd.Config, state, tok string, passphrase func() ([]byte, error), importKey bool) ([]byte, string, error) {
 	var seed []byte
 	if importKey {
-		seed, err = keystore.ImportSeed(state, passphraseFunc(passFile))
+		var err error
+		seed, err = keystore.ImportSeed(state, passphrase)
 		if err != nil {
 			return nil, "", fmt.Errorf("the file key to import: %w", err)
 		}
@@ -167,7 +205,7 @@ func initTransit(cfg *keyd.Config, state, passFile, tokenFile string, importKey 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := transit.Init(ctx, cfg.Key.Transit, string(tok), seed)
+	res, err := transit.Init(ctx, cfg.Key.Transit, tok, seed)
 	if err != nil {
 		return nil, "", err
 	}

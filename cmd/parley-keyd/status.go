@@ -28,6 +28,7 @@ import (
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+	"github.com/parley-keyd/parley-keyd/keyd/signer"
 	"github.com/spf13/cobra"
 )
 
@@ -259,6 +260,10 @@ func (d *doctor) checkState() {
 }
 
 func (d *doctor) checkKey() {
+	if d.cfg != nil && d.cfg.Key.Backend != signer.File {
+		d.checkServiceKey()
+		return
+	}
 	path := filepath.Join(d.o.state, keystore.KeyFileName)
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -304,6 +309,37 @@ func (d *doctor) checkKey() {
 			d.warn("key", "check that services dropped it from their trusted keys; it stays listed for the audit log's old checkpoints",
 				"rotated out: %s, whose overlap ended at %s", p.Key, until)
 		}
+	}
+}
+
+// checkServiceKey is the key check when the principal key is in a key
+// service: principal.pub names it (serve refuses a service key that is
+// not that one), and no copy of it is left on the disk. Whether the service
+// answers is the daemon's to say (parley-grant status, as an approver).
+func (d *doctor) checkServiceKey() {
+	kind := d.cfg.Key.Backend
+	where := ""
+	switch kind {
+	case signer.Transit:
+		t := d.cfg.Key.Transit
+		where = fmt.Sprintf("transit key %s/%s at %s", t.Mount, t.Name, strings.Join(t.Addresses, ", "))
+	case signer.PKCS11:
+		p := d.cfg.Key.PKCS11
+		where = fmt.Sprintf("key %q in PKCS#11 token %q (%s)", p.Key, p.Token, p.Module)
+	}
+	pub, err := keystore.PublicKey(d.o.state)
+	if err != nil {
+		// Never a hint to make a new key: init --backend uses the key
+		// that is in the service, and never replaces it.
+		d.fail("key", "write it from the key service's key with: "+initCommand(d.o.config, d.o.state)+" (it uses the key that is there)",
+			"the principal key is the %s, but %v", where, err)
+		return
+	}
+	d.principal = grant.FormatPublicKey(pub)
+	d.ok("key", "principal %s, in the %s backend: %s; the daemon refuses the service's key unless it is this one", d.principal, kind, where)
+	if _, err := os.Lstat(filepath.Join(d.o.state, keystore.KeyFileName)); err == nil {
+		d.warn("key", "move it to offline storage, or shred it (docs/key-service.md)", "%s is still on this disk although the principal key is used from the %s backend",
+			filepath.Join(d.o.state, keystore.KeyFileName), kind)
 	}
 }
 
