@@ -345,6 +345,14 @@ func TestBackendPKCS11(t *testing.T) {
 	if strings.TrimSpace(again.stdout) != principal || !strings.Contains(again.stderr, "using the existing key") {
 		t.Fatalf("second init: %+v", again)
 	}
+	// parley-keyd status knows the token's key, and a file init refuses.
+	st := b.keyd(false, "status", "--state", b.state, "--config", filepath.Join(b.state, "config.toml"), "--skip", "socket,audit,units,lock")
+	if kl := strings.Join(keyLines(st.stdout), "\n"); !strings.HasPrefix(kl, "ok") || !strings.Contains(kl, principal) || !strings.Contains(kl, `PKCS#11 token "parley"`) {
+		t.Fatalf("status's key check:\n%s", st.stdout)
+	}
+	if r := b.keyd(false, "init", "--state", b.state); r.code == 0 || !strings.Contains(r.stderr, "--backend pkcs11") {
+		t.Fatalf("file init in a pkcs11 set-up: %+v", r)
+	}
 	b.serve()
 	c := b.client()
 	for i := 0; i < 20; i++ {
