@@ -18,6 +18,8 @@
 //	POST   auth/<approle>/login           AppRole login
 //	POST   auth/token/renew-self          renew the caller's token
 //	GET    auth/token/lookup-self         the caller's token's ttl and renewable
+//	POST   sys/mounts/<path>              enable the engine at path (type transit): it moves there
+//	DELETE sys/mounts/<path>              disable it: its keys are gone
 //
 // Every other path answers 404; a missing, unknown or expired token 403.
 package testtransit
@@ -465,8 +467,14 @@ func (s *Server) route(r *http.Request, f *Fault) (map[string]any, map[string]an
 	case path == "auth/token/lookup-self":
 		return s.lookupSelf(tok)
 	}
-	rest, ok := strings.CutPrefix(path, s.Mount+"/")
-	if !ok {
+	if mount, ok := strings.CutPrefix(path, "sys/mounts/"); ok {
+		return s.sysMount(mount, r.Method, body)
+	}
+	s.mu.Lock()
+	mounted := s.Mount
+	s.mu.Unlock()
+	rest, ok := strings.CutPrefix(path, mounted+"/")
+	if mounted == "" || !ok {
 		return nil, nil, fail(404, "no handler for route %q", path)
 	}
 	parts := strings.Split(rest, "/")
@@ -495,6 +503,37 @@ func (s *Server) route(r *http.Request, f *Fault) (map[string]any, map[string]an
 		return s.sign(parts[1], body, f)
 	}
 	return nil, nil, fail(405, "unsupported operation")
+}
+
+// sysMount enables the engine at mount (one mount per server: it moves
+// there, with no keys) or disables it.
+func (s *Server) sysMount(mount, method string, body map[string]any) (map[string]any, map[string]any, *apiError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch method {
+	case http.MethodPost, http.MethodPut:
+		if typ, _ := body["type"].(string); typ != "transit" {
+			return nil, nil, fail(400, "only transit mounts are served here")
+		}
+		if s.Mount == mount {
+			return nil, nil, fail(400, "path is already in use at %s/", mount)
+		}
+		s.Mount, s.keys = mount, map[string]*key{}
+		return nil, nil, nil
+	case http.MethodDelete:
+		if s.Mount == mount {
+			s.Mount, s.keys = "", map[string]*key{}
+		}
+		return nil, nil, nil
+	}
+	return nil, nil, fail(405, "unsupported operation")
+}
+
+// Mounted returns the engine's mount path, "" once disabled.
+func (s *Server) Mounted() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Mount
 }
 
 func (s *Server) checkToken(tok string) *apiError {

@@ -85,7 +85,7 @@ func Init(ctx context.Context, cfg signer.TransitConfig, token string, seed []by
 		return nil, fmt.Errorf("transit: reading %s: %w", s.keyPath(), err)
 	}
 	if action != "existing" {
-		if info, err = s.readKey(ctx); err != nil {
+		if info, err = s.readBack(ctx); err != nil {
 			return nil, fmt.Errorf("transit: reading %s back: %w", s.keyPath(), err)
 		}
 	}
@@ -179,4 +179,21 @@ func wrapForImport(wrapPEM string, seed []byte) ([]byte, error) {
 		return nil, err
 	}
 	return append(wrappedEph, wrappedKey...), nil
+}
+
+// readBack reads the key just made. A standby that took the request (and
+// forwarded it to the leader) serves reads from what raft replicated to it,
+// and says the key does not exist until it has it: try again, within ctx.
+func (s *Signer) readBack(ctx context.Context) (*keyInfo, error) {
+	for {
+		info, err := s.readKey(ctx)
+		if !errors.Is(err, errNoKey) {
+			return info, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (not yet replicated to the node that answered, within the deadline)", err)
+		case <-time.After(200 * time.Millisecond): // a remote condition, within ctx
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,34 +35,129 @@ const (
 	envHADuration = "PARLEY_TEST_BAO_HA_SECONDS"
 )
 
-// realMount enables a transit engine at a mount of its own for this test
-// and removes it (and with it every key in it) at the end.
-func realMount(t *testing.T, addr, token string) string {
+// adminClients returns an OpenBao client with token for each address, as
+// an admin's tool would make it (it follows the server's redirects: it is
+// the test's, not the daemon's).
+func adminClients(t *testing.T, addrs []string, token string) []*api.Client {
 	t.Helper()
-	conf := api.NewConfig()
-	conf.Address = addr
-	if ca := os.Getenv(envCACert); ca != "" {
-		if err := conf.ConfigureTLS(&api.TLSConfig{CACert: ca}); err != nil {
+	var cs []*api.Client
+	for _, addr := range addrs {
+		conf := api.NewConfig()
+		conf.Address = addr
+		conf.Timeout = 10 * time.Second
+		conf.MaxRetries = 0 // the callers try the next node, or again
+		if ca := os.Getenv(envCACert); ca != "" {
+			if err := conf.ConfigureTLS(&api.TLSConfig{CACert: ca}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := api.NewClient(conf)
+		if err != nil {
 			t.Fatal(err)
 		}
+		c.SetToken(token)
+		cs = append(cs, c)
 	}
-	c, err := api.NewClient(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.SetToken(token)
+	return cs
+}
+
+// realMount enables a transit engine at a mount of its own for this test,
+// through the first node that takes the request, waits until every node
+// serves it, and removes it (and with it every key in it) at the end
+// through whichever node answers then: the one that took it may be the
+// leader the test killed.
+func realMount(t *testing.T, addrs []string, token string, wait time.Duration) string {
+	t.Helper()
+	clients := adminClients(t, addrs, token)
 	b := make([]byte, 4)
 	rand.Read(b)
 	mount := "parley-test-" + hex.EncodeToString(b)
-	if err := c.Sys().Mount(mount, &api.MountInput{Type: "transit"}); err != nil {
+	if err := mountAny(clients, addrs, mount); err != nil {
 		t.Fatalf("enabling transit at %s: %v", mount, err)
 	}
 	t.Cleanup(func() {
-		if err := c.Sys().Unmount(mount); err != nil {
+		if err := unmountAny(clients, addrs, mount); err != nil {
 			t.Errorf("removing the test mount %s: %v", mount, err)
 		}
 	})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := waitServed(ctx, clients, addrs, mount, ""); err != nil {
+		t.Fatal(err)
+	}
 	return mount
+}
+
+// mountAny enables transit at mount through the first node that takes it.
+func mountAny(clients []*api.Client, addrs []string, mount string) error {
+	var errs []error
+	for i, c := range clients {
+		err := c.Sys().Mount(mount, &api.MountInput{Type: "transit"})
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addrs[i], err))
+	}
+	return errors.Join(errs...)
+}
+
+// unmountAny removes mount through the first node that answers.
+func unmountAny(clients []*api.Client, addrs []string, mount string) error {
+	var errs []error
+	for i, c := range clients {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.Sys().UnmountWithContext(ctx, mount)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addrs[i], err))
+	}
+	return errors.Join(errs...)
+}
+
+// waitServed returns once every node serves mount, and with key set, has
+// that key: a standby serves reads and signatures from what raft has
+// replicated to it, and said 404 before the mount reached it. It fails
+// when ctx ends first, naming the node.
+func waitServed(ctx context.Context, clients []*api.Client, addrs []string, mount, key string) error {
+	for i, c := range clients {
+		for {
+			err := served(ctx, c, mount, key)
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s does not serve %s yet: %v", addrs[i], mount+"/keys/"+key, err)
+			case <-time.After(100 * time.Millisecond): // polling a remote condition, within ctx
+			}
+		}
+	}
+	return nil
+}
+
+// served returns nil when the node c serves mount (a probe for a key that
+// does not exist gets the engine's own 404, not "no handler for route"),
+// and with key set, when it returns that key.
+func served(ctx context.Context, c *api.Client, mount, key string) error {
+	probe := key
+	if probe == "" {
+		probe = "parley-probe-no-such-key"
+	}
+	resp, err := c.Logical().ReadRawWithContext(ctx, mount+"/keys/"+probe)
+	if resp == nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	switch {
+	case resp.StatusCode == 200:
+		return nil
+	case resp.StatusCode == 404 && key == "" && !strings.Contains(string(body), "no handler for route"):
+		return nil
+	}
+	return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
 }
 
 func realConfig(t *testing.T, addrs []string, mount, token string) signer.TransitConfig {
@@ -86,7 +182,7 @@ func TestRealServer(t *testing.T) {
 	if addr == "" || token == "" {
 		t.Skipf("TestRealServer needs a real OpenBao or Vault: set %s and %s (docs/key-service.md)", envAddr, envToken)
 	}
-	mount := realMount(t, addr, token)
+	mount := realMount(t, []string{addr}, token, 30*time.Second)
 	cfg := realConfig(t, []string{addr}, mount, token)
 	ctx := context.Background()
 
@@ -133,10 +229,17 @@ func TestRealLeaderKill(t *testing.T) {
 		t.Skipf("TestRealLeaderKill needs a 3-node cluster: set %s, %s and %s (docs/key-service.md)", envAddrs, envToken, envKillLeader)
 	}
 	list := strings.Split(addrs, ",")
-	mount := realMount(t, list[0], token)
+	// Whatever the order of the nodes, leader first or not: the mount and
+	// the key must have reached every node before signing starts.
+	mount := realMount(t, list, token, time.Minute)
 	cfg := realConfig(t, list, mount, token)
 	res, err := Init(context.Background(), cfg, token, nil)
 	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := waitServed(ctx, adminClients(t, list, token), list, mount, cfg.Name); err != nil {
 		t.Fatal(err)
 	}
 	s, err := Open(cfg, Options{Principal: res.Public, Logf: t.Logf})
