@@ -311,12 +311,16 @@ func (d *Daemon) start(ln net.Listener) (headDone <-chan struct{}, err error) {
 		close(done)
 		return done, err
 	}
-	if err := d.log.Start(rec); err != nil {
-		if !errors.Is(err, audit.ErrUnavailable) {
-			return nil, err
-		}
-		d.logf("%v; serving, with every grant refused as unavailable until it is written", err)
+	err = d.log.Start(rec)
+	switch {
+	case err == nil:
+		d.reportHead("start")
+		close(done)
+		return done, nil
+	case !errors.Is(err, audit.ErrUnavailable):
+		return nil, err
 	}
+	d.logf("%v; serving, with every grant refused as unavailable until it is written", err)
 	go func() {
 		defer close(done)
 		select {
