@@ -437,27 +437,6 @@ func firstOf(list []string) string {
 	return list[0]
 }
 
-// writeIfAbsent creates path with content, leaving an existing file alone so
-// that an admin's edits survive a second init (the key service set-up).
-func writeIfAbsent(path, content string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
-	if errors.Is(err, fs.ErrExist) {
-		fmt.Fprintf(os.Stderr, "parley-keyd: keeping the existing %s\n", path)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteString(content); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 func readPassphraseFile(path string) ([]byte, error) {
 	// A passphrase others could change would encrypt a new key, or
 	// unlock this one, with what they chose.
