@@ -199,3 +199,36 @@ func TestUnsignedStopCheckpointIsRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A deferred log that does not exist yet still keeps a second daemon out
+// until it is made: its temporary file is held locked from Open.
+func TestDeferredNewLogIsHeld(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	key := &downSigner{k: testKey("daemon")}
+	key.down.Store(true)
+	l := openWith(t, deferredOptions(key), path)
+	if _, err := deferredOptions(key).Open(path); !errors.Is(err, ErrInUse) {
+		t.Fatalf("a second Open of a log being made: %v, want ErrInUse", err)
+	}
+	l.Start(Record{Kind: KindStart})
+	key.down.Store(false)
+	waitStarted(t, l)
+	if _, err := deferredOptions(key).Open(path); !errors.Is(err, ErrInUse) {
+		t.Fatalf("a second Open of a log just made: %v, want ErrInUse", err)
+	}
+	mustClose(t, l)
+
+	// Closed before Start: nothing is left behind, and the next Open can
+	// make the log.
+	fresh := filepath.Join(t.TempDir(), "audit.log")
+	l = openWith(t, deferredOptions(key), fresh)
+	l.Close()
+	if ents, _ := os.ReadDir(filepath.Dir(fresh)); len(ents) != 0 {
+		t.Fatalf("files left by a log closed before Start: %v", ents)
+	}
+	l = openWith(t, deferredOptions(key), fresh)
+	if err := l.Start(Record{Kind: KindStart}); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+}

@@ -201,14 +201,16 @@ type Log struct {
 	// A deferred log (Options.Deferred) until its open checkpoint is
 	// written: what Open found, Start's records, when to try again. A log
 	// that did not exist has no file yet (f is nil, toCreate set).
-	waiting  *openState
-	then     []Record
-	startReq bool
-	startAt  time.Time
-	toCreate bool
-	started  atomic.Bool
-	opened   chan struct{} // closed once the open checkpoint is written
-	waitErr  error         // why the last attempt failed; guarded by headMu
+	waiting      *openState
+	then         []Record
+	startReq     bool
+	startAt      time.Time
+	toCreate     bool
+	reserved     *os.File // the locked temporary file a deferred new log starts as
+	reservedPath string
+	started      atomic.Bool
+	opened       chan struct{} // closed once the open checkpoint is written
+	waitErr      error         // why the last attempt failed; guarded by headMu
 
 	headMu   sync.Mutex
 	headCopy Head
@@ -384,8 +386,13 @@ func (l *Log) openActive() (f *os.File, created bool, err error) {
 	}
 	l.logID = base64.RawURLEncoding.EncodeToString(id)
 	if l.o.Deferred {
-		// Made by Start, signed: nothing is written before.
-		l.toCreate = true
+		// Made by Start, signed; until then the log's temporary file,
+		// empty and locked, keeps a second daemon out.
+		rf, tmp, err := l.reserve()
+		if err != nil {
+			return nil, false, err
+		}
+		l.toCreate, l.reserved, l.reservedPath = true, rf, tmp
 		return nil, true, nil
 	}
 	f, err = l.create()
@@ -401,12 +408,19 @@ func (l *Log) create() (*os.File, error) {
 		return nil, err
 	}
 	line := checkpointLine(1, cp)
-	f, err := l.newFile(func(f *os.File) error {
+	place := func(f *os.File) error {
 		if err := os.Link(f.Name(), l.path); err != nil {
 			return fmt.Errorf("create audit log: %w", err)
 		}
 		return nil
-	}, append(line, '\n'))
+	}
+	var f *os.File
+	if l.reserved != nil {
+		f, err = l.fill(l.reserved, l.reservedPath, place, append(line, '\n'))
+		l.reserved = nil
+	} else {
+		f, err = l.newFile(place, append(line, '\n'))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -441,6 +455,16 @@ func (l *Log) finishRotation(f *os.File) error {
 // folder, fsyncs it, calls place (which puts it at its name) and fsyncs the
 // folder. It returns the file open with fileFlags.
 func (l *Log) newFile(place func(*os.File) error, first []byte) (*os.File, error) {
+	f, tmp, err := l.reserve()
+	if err != nil {
+		return nil, err
+	}
+	return l.fill(f, tmp, place, first)
+}
+
+// reserve creates and locks the temporary file a new segment (or log)
+// starts as. Held, it also keeps a second daemon from creating the log.
+func (l *Log) reserve() (*os.File, string, error) {
 	tmp := filepath.Join(l.dir, "."+filepath.Base(l.path)+".new")
 	f, err := os.OpenFile(tmp, fileFlags|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
@@ -450,22 +474,30 @@ func (l *Log) newFile(place func(*os.File) error, first []byte) (*os.File, error
 			lerr := unix.Flock(int(old.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 			old.Close()
 			if lerr != nil {
-				return nil, fmt.Errorf("audit log %s: %w", l.path, ErrInUse)
+				return nil, "", fmt.Errorf("audit log %s: %w", l.path, ErrInUse)
 			}
 		}
 		os.Remove(tmp)
 		f, err = os.OpenFile(tmp, fileFlags|os.O_CREATE|os.O_EXCL, 0o600)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("create audit log segment: %w", err)
+		return nil, "", fmt.Errorf("create audit log segment: %w", err)
 	}
+	if err := lock(f, tmp); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, "", err
+	}
+	return f, tmp, nil
+}
+
+// fill writes first into f, the file reserve made at tmp, fsyncs it, calls
+// place and fsyncs the folder. On failure f is closed and tmp removed.
+func (l *Log) fill(f *os.File, tmp string, place func(*os.File) error, first []byte) (*os.File, error) {
 	fail := func(err error) (*os.File, error) {
 		f.Close()
 		os.Remove(tmp)
 		return nil, err
-	}
-	if err := lock(f, tmp); err != nil {
-		return fail(err)
 	}
 	if _, err := f.Write(first); err != nil {
 		return fail(unavailable("write audit log segment", err))
@@ -1144,7 +1176,18 @@ func (l *Log) Close() error {
 			err = cerr
 		}
 	}
+	l.release()
 	return err
+}
+
+// release removes the temporary file a deferred new log reserved and
+// never filled.
+func (l *Log) release() {
+	if l.reserved != nil {
+		os.Remove(l.reservedPath)
+		l.reserved.Close()
+		l.reserved = nil
+	}
 }
 
 // closeQuiet closes a log whose Open failed, without a stop checkpoint.
@@ -1159,6 +1202,7 @@ func (l *Log) closeQuiet() {
 	if l.f != nil {
 		l.f.Close()
 	}
+	l.release()
 }
 
 func (l *Log) writer() {
