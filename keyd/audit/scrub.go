@@ -293,6 +293,20 @@ func (l *Log) scrubOnce(ctx context.Context) {
 			Message: fmt.Sprintf("audit log %s: the scrub could not read the log (it tries again in %s): %v", l.path, l.o.ScrubInterval, err)})
 		return
 	}
+	// Read once more before calling it damage: a file caught in the middle
+	// of a write (the daemon's, or the attacker's) shows a state that no
+	// longer holds. What the second reading finds is what is reported.
+	rep, err = l.Scrub(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if !errors.As(err, &ae) {
+		if err != nil {
+			l.o.Journal.Send(journal.Entry{Priority: journal.Err, Key: "audit-scrub",
+				Message: fmt.Sprintf("audit log %s: the scrub could not read the log (it tries again in %s): %v", l.path, l.o.ScrubInterval, err)})
+		}
+		return
+	}
 	d := DamageOf(ae)
 	d.Found = l.now().UTC().Format(time.RFC3339)
 	l.setDamage(&d)

@@ -1,0 +1,132 @@
+package keyd
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+)
+
+// scrubFast makes the daemon's scrub run every 50 ms, fast, over small
+// segments.
+func scrubFast(c *Config, o *Options) {
+	c.Audit.ScrubInterval = Duration{50 * time.Millisecond}
+	c.Audit.ScrubRate = 1024
+	o.AuditOptions.SegmentSize = 4 << 10
+}
+
+// editClosedSegment changes one byte of a record in the log's first closed
+// segment, as someone who owns the daemon's user would: a record before
+// the last checkpoint, which the fast start never reads.
+func editClosedSegment(t *testing.T, state string) {
+	t.Helper()
+	segs, err := audit.Segments(filepath.Join(state, "audit.log"))
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("%d segments, %v", len(segs), err)
+	}
+	p := segs[0].Path
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(b), `"verb":"GRANT"`)
+	if i < 0 {
+		t.Fatalf("no grant in %s", p)
+	}
+	b[i+9] = 'X'
+	os.Chmod(p, 0o600)
+	if err := os.WriteFile(p, b, 0o400); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func autoGrant(c *client.Client, t *testing.T) error {
+	_, err := c.Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find")}, nil)
+	return err
+}
+
+// TestScrubDamageStopsIssuance: an attacker edits a record in a closed
+// segment under the running daemon. Before issue 22 nothing noticed until
+// someone ran audit verify; now the scrub finds it within a minute, every
+// GRANT is refused with "unavailable" naming the damage, approvers hear of
+// it on WATCH, a restart does not clear it, and issuance resumes only after
+// an admin's acknowledgement.
+func TestScrubDamageStopsIssuance(t *testing.T) {
+	h := newHarness(t, scrubFast)
+	c := h.client()
+	for range 40 {
+		if err := autoGrant(c, t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	damage := make(chan protocol.AuditDamage, 8)
+	go h.client().Watch(ctxT(t), client.Feed{AuditDamage: func(d protocol.AuditDamage) { damage <- d }})
+	editClosedSegment(t, h.dir)
+	start := time.Now()
+	deadline := start.Add(time.Minute)
+	for h.srv.AuditLog().Damage() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the scrub found no damage within a minute")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("found after %s: %v", time.Since(start), h.srv.AuditLog().Damage())
+	err := autoGrant(c, t)
+	wantCode(t, err, protocol.CodeUnavailable)
+	if !strings.Contains(err.Error(), "[chain]") || !strings.Contains(err.Error(), "audit acknowledge") {
+		t.Errorf("refusal %v does not name the damage and the way out", err)
+	}
+	select {
+	case d := <-damage:
+		if d.Reason != string(audit.ReasonChain) || d.Cleared || d.Seq == 0 {
+			t.Errorf("WATCH told %+v", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("WATCH did not tell the approver")
+	}
+	if !strings.Contains(h.srv.AuditAlert(), "[chain]") {
+		t.Errorf("phone page alert %q", h.srv.AuditAlert())
+	}
+
+	// A restart does not clear it: the damage file holds it from the
+	// start on, before any scrub.
+	h2 := h.restart(t)
+	c = h2.client()
+	wantCode(t, autoGrant(c, t), protocol.CodeUnavailable)
+	d := h2.srv.AuditLog().Damage()
+	if d == nil {
+		t.Fatal("the restart cleared the damage")
+	}
+
+	// The admin acknowledges it (what parley-keyd audit acknowledge writes).
+	b, _ := json.Marshal(audit.Acknowledgement{Damage: *d, Reason: "edited by the test", By: "root (uid 0)"})
+	log := filepath.Join(h.dir, "audit.log")
+	if err := os.WriteFile(audit.AcknowledgePath(log), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the acknowledgement", func() bool { return h2.srv.AuditLog().Damage() == nil })
+	if err := autoGrant(c, t); err != nil {
+		t.Fatalf("after the acknowledgement: %v", err)
+	}
+	var res audit.AcknowledgeResult
+	waitFor(t, "the answer", func() bool {
+		b, err := os.ReadFile(audit.AcknowledgeResultPath(log))
+		return err == nil && json.Unmarshal(b, &res) == nil
+	})
+	if !res.OK {
+		t.Errorf("answer %+v", res)
+	}
+	// The log verifies, past the acknowledged damage.
+	rep, err := audit.Verify(log, audit.VerifyOptions{Key: h.key.Public().(ed25519.PublicKey)})
+	if err != nil || len(rep.Acknowledged) != 1 || rep.Acknowledged[0].Seq != res.Seq {
+		t.Errorf("verify after the acknowledgement: %v, %+v", err, rep)
+	}
+}
