@@ -3,6 +3,7 @@ package keyd
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,4 +130,121 @@ func TestScrubDamageStopsIssuance(t *testing.T) {
 	if err != nil || len(rep.Acknowledged) != 1 || rep.Acknowledged[0].Seq != res.Seq {
 		t.Errorf("verify after the acknowledgement: %v, %+v", err, rep)
 	}
+}
+
+// TestWitnessRefusesTamperedLogAtStart runs a daemon with a witness file,
+// stops it, tampers with the log each way the log alone cannot show, and
+// starts it again: each start is refused with the stable reason, the
+// witness's checkpoint and the log's head.
+func TestWitnessRefusesTamperedLogAtStart(t *testing.T) {
+	witness := filepath.Join(t.TempDir(), "checkpoints")
+	withWitness := func(c *Config, o *Options) { c.Audit.WitnessFile = witness }
+	h := newHarness(t, withWitness)
+	state, key := h.dir, h.key
+	c := h.client()
+	for range 3 {
+		if err := autoGrant(c, t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An older copy, taken while the daemon was stopped.
+	older0 := t.TempDir()
+	h = h.restartWith(t, withWitness, func() {
+		older := filepath.Join(older0, "audit.log")
+		copyFile(t, filepath.Join(h.dir, "audit.log"), older)
+	})
+	c = h.client()
+	for range 3 {
+		if err := autoGrant(c, t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.stop()
+	if err := <-h.served; err != nil {
+		t.Fatal(err)
+	}
+	h.served <- nil // for h's cleanup
+	older := older0
+	log := filepath.Join(state, "audit.log")
+	orig, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(orig), "\n")
+	lines = lines[:len(lines)-1]
+	start := func(t *testing.T, key ed25519.PrivateKey) error {
+		t.Helper()
+		o := Options{Config: h.cfg, Policy: nil, Signer: key, State: state, Logf: t.Logf}
+		o.Policy = h.srv.policy.Load()
+		d, err := New(o)
+		if err == nil {
+			d.closeLog()
+		}
+		return err
+	}
+	_, attacker, _ := ed25519.GenerateKey(nil)
+	tests := []struct {
+		name   string
+		tamper func(t *testing.T)
+		reason audit.Reason
+	}{
+		{"cut", func(t *testing.T) { writeFile(t, log, strings.Join(lines[:len(lines)-3], "")) }, audit.ReasonTruncated},
+		{"rolled-back", func(t *testing.T) { copyFile(t, filepath.Join(older, "audit.log"), log) }, audit.ReasonRollback},
+		{"rewritten-under-another-key", func(t *testing.T) {
+			os.Remove(log)
+			l, err := audit.Options{Signer: attacker}.Open(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+		}, audit.ReasonForeignKey},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer writeFile(t, log, string(orig))
+			tt.tamper(t)
+			err := start(t, key)
+			var ae *audit.Error
+			if !errors.As(err, &ae) || ae.Reason != tt.reason {
+				t.Fatalf("start: %v; want reason %s", err, tt.reason)
+			}
+			if !strings.Contains(err.Error(), "holds a checkpoint of record") || !strings.Contains(err.Error(), "the log's head is record") {
+				t.Errorf("the refusal names neither the witness's checkpoint nor the log's head: %v", err)
+			}
+		})
+	}
+	if err := start(t, key); err != nil {
+		t.Fatalf("the untouched log: %v", err)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, to, string(b))
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restartWith stops h's daemon, runs between, and starts another on the same
+// state folder with opts.
+func (h *harness) restartWith(t *testing.T, opt harnessOpt, between func()) *harness {
+	t.Helper()
+	h.stop()
+	select {
+	case err := <-h.served:
+		h.served <- err // for h's cleanup
+	case <-time.After(15 * time.Second):
+		t.Fatal("the daemon did not stop")
+	}
+	between()
+	return newHarness(t, opt, func(c *Config, o *Options) { o.State, o.Signer = h.dir, h.key })
 }
