@@ -43,6 +43,10 @@ const (
 	DefaultScrubRate     = 32 << 20 // bytes a second
 )
 
+// ScrubDelay is how long after Open the first scrub begins (or the
+// interval, if shorter).
+const ScrubDelay = time.Second
+
 // MessageIDDamage is the journal MESSAGE_ID of the entry the scrub writes
 // when it finds damage.
 const MessageIDDamage = "150eb6a4c43c47a4a5fda75b637ea326"
@@ -212,7 +216,9 @@ func (l *Log) scrubLoop() {
 	interval := l.o.ScrubInterval
 	var next <-chan time.Time
 	if interval > 0 {
-		next = time.After(0) // right after the start
+		// A moment after the start, so that the start itself (and its
+		// first requests) never share the disk with the scrub.
+		next = time.After(min(ScrubDelay, interval))
 	}
 	poll := time.NewTicker(250 * time.Millisecond)
 	defer poll.Stop()
@@ -276,6 +282,7 @@ func sameSegments(a, b []Segment) bool {
 
 func (l *Log) scrubOnce(ctx context.Context) {
 	s := &l.scrub
+	began := time.Now()
 	rep, err := l.Scrub(ctx)
 	if ctx.Err() != nil {
 		return
@@ -285,6 +292,9 @@ func (l *Log) scrubOnce(ctx context.Context) {
 	}
 	defer s.runs.Add(1)
 	if err == nil {
+		l.o.Journal.Send(journal.Entry{Priority: journal.Info, Always: true,
+			Message: fmt.Sprintf("audit log %s: the scrub found the whole log intact: records %d–%d in %d files, %d bytes read in %s",
+				l.path, rep.First, rep.Head.Seq, len(rep.Files), rep.BytesRead, time.Since(began).Round(time.Millisecond))})
 		return
 	}
 	var ae *Error
