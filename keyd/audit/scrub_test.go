@@ -324,3 +324,50 @@ func TestScrubRate(t *testing.T) {
 		t.Errorf("read %d of %d bytes in %s at %d bytes/s", rep.BytesRead, size, took, l.o.ScrubRate)
 	}
 }
+
+// FuzzVerifyAcknowledged runs Verify on a log whose damage was acknowledged,
+// with the segment that begins with the acknowledgement damaged: Verify
+// must not panic, and goes past damage only for an acknowledged record
+// that names it.
+func FuzzVerifyAcknowledged(f *testing.F) {
+	first := settleFirst
+	settleFirst = 0
+	f.Cleanup(func() { settleFirst = first })
+	dir := f.TempDir()
+	path := filepath.Join(dir, "audit.log")
+	l := openWith(f, scrubOptions(0), path)
+	for _, rec := range auditTestRecords(40) {
+		auditTestAppend(f, l, rec)
+	}
+	tamperSegment(f, path, tamperKinds[0].edit)
+	_, err := Verify(path, VerifyOptions{Key: testPub("daemon")})
+	var ae *Error
+	if !errors.As(err, &ae) {
+		f.Fatalf("the seed log is not damaged: %v", err)
+	}
+	d := DamageOf(ae)
+	if _, err := l.acknowledge(&d, "seed", "root (uid 0)"); err != nil {
+		f.Fatal(err)
+	}
+	mustClose(f, l)
+	seed, _ := os.ReadFile(path)
+	f.Add(seed)
+	f.Add(seed[:len(seed)/2])
+	f.Add([]byte(strings.Replace(string(seed), `"line":`, `"line":1`, 1)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := copyDir(t, filepath.Dir(path))
+		p := filepath.Join(dir, "audit.log")
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := Verify(p, VerifyOptions{Key: testPub("daemon")})
+		if err != nil {
+			return
+		}
+		for _, r := range rep.Acknowledged {
+			if r.Kind != KindAcknowledged || !r.Damage.Same(&d) {
+				t.Fatalf("went past damage %v on %+v", d, r)
+			}
+		}
+	})
+}
