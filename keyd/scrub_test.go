@@ -2,6 +2,8 @@ package keyd
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"os"
@@ -247,4 +249,154 @@ func (h *harness) restartWith(t *testing.T, opt harnessOpt, between func()) *har
 	}
 	between()
 	return newHarness(t, opt, func(c *Config, o *Options) { o.State, o.Signer = h.dir, h.key })
+}
+
+// segmentTampers change the log's first closed segment, or the segments,
+// in each way the fast start does not read (issue 22), as someone who
+// owns the daemon's user would, replacing files whole (as sed -i does).
+var segmentTampers = []struct {
+	name   string
+	edit   func(t *testing.T, segs []string)
+	reason audit.Reason
+}{
+	{"edited", func(t *testing.T, segs []string) {
+		editLines(t, segs[0], func(l []string) []string {
+			i := grantLine(t, l, 0)
+			l[i] = strings.Replace(l[i], `"verb":"GRANT"`, `"verb":"GRANX"`, 1)
+			return l
+		})
+	}, audit.ReasonChain},
+	{"deleted", func(t *testing.T, segs []string) {
+		editLines(t, segs[0], func(l []string) []string { i := grantLine(t, l, 1); return append(l[:i:i], l[i+1:]...) })
+	}, audit.ReasonSeq},
+	{"reordered", func(t *testing.T, segs []string) {
+		editLines(t, segs[0], func(l []string) []string { i := grantLine(t, l, 0); l[i], l[i+1] = l[i+1], l[i]; return l })
+	}, audit.ReasonSeq},
+	{"duplicated", func(t *testing.T, segs []string) {
+		editLines(t, segs[0], func(l []string) []string { i := grantLine(t, l, 0); return append(l[:i+1:i+1], l[i:]...) })
+	}, audit.ReasonSeq},
+	{"forged-record-interleaved", func(t *testing.T, segs []string) {
+		editLines(t, segs[0], func(l []string) []string {
+			i := grantLine(t, l, 0)
+			forged := strings.Replace(l[i], `"verb":"GRANT"`, `"verb":"GRANT","message":"forged"`, 1)
+			return append(l[:i+1:i+1], append([]string{forged}, l[i+1:]...)...)
+		})
+	}, audit.ReasonSeq},
+	{"edited-chain-recomputed", func(t *testing.T, segs []string) {
+		editLines(t, segs[0], func(l []string) []string {
+			i := grantLine(t, l, 0)
+			l[i] = strings.Replace(l[i], `"verb":"GRANT"`, `"verb":"GRANX"`, 1)
+			for j := i + 1; j < len(l); j++ {
+				sum := sha256.Sum256([]byte(strings.TrimSuffix(l[j-1], "\n")))
+				k := strings.Index(l[j], `"prev":"`) + len(`"prev":"`)
+				e := k + strings.IndexByte(l[j][k:], '"')
+				l[j] = l[j][:k] + base64.RawURLEncoding.EncodeToString(sum[:]) + l[j][e:]
+			}
+			return l
+		})
+	}, audit.ReasonChain},
+	{"segment-removed", func(t *testing.T, segs []string) {
+		if err := os.Remove(segs[1]); err != nil {
+			t.Fatal(err)
+		}
+	}, audit.ReasonSeq},
+}
+
+func grantLine(t *testing.T, lines []string, nth int) int {
+	t.Helper()
+	for i, l := range lines {
+		if strings.Contains(l, `"verb":"GRANT"`) && i+1 < len(lines) {
+			if nth == 0 {
+				return i
+			}
+			nth--
+		}
+	}
+	t.Fatal("no GRANT record in the segment")
+	return -1
+}
+
+// editLines replaces the file at path with edit of its lines, through a
+// temporary file and a rename.
+func editLines(t *testing.T, path string, edit func([]string) []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	lines = lines[:len(lines)-1]
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(edit(lines), "")), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func closedSegments(t *testing.T, state string) []string {
+	t.Helper()
+	segs, err := audit.Segments(filepath.Join(state, "audit.log"))
+	if err != nil || len(segs) < 4 {
+		t.Fatalf("%d segments, %v", len(segs), err)
+	}
+	var out []string
+	for _, s := range segs[:len(segs)-1] {
+		out = append(out, s.Path)
+	}
+	return out
+}
+
+func waitDamage(t *testing.T, d *Daemon) *audit.Damage {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if dm := d.AuditLog().Damage(); dm != nil {
+			return dm
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("the scrub found no damage within a minute of the start")
+	return nil
+}
+
+// TestScrubFindsEachKindUnderTheDaemon tampers in each way with a closed
+// segment of a running daemon's log, and of a stopped one's before it
+// starts again: the scrub finds it within a minute, with the stable reason,
+// and GRANT is refused.
+func TestScrubFindsEachKindUnderTheDaemon(t *testing.T) {
+	for _, tk := range segmentTampers {
+		t.Run("running/"+tk.name, func(t *testing.T) {
+			h := newHarness(t, scrubFast)
+			c := h.client()
+			for range 40 {
+				if err := autoGrant(c, t); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tk.edit(t, closedSegments(t, h.dir))
+			d := waitDamage(t, h.srv)
+			if d.Reason != tk.reason {
+				t.Errorf("reason %s, want %s: %v", d.Reason, tk.reason, d)
+			}
+			wantCode(t, autoGrant(c, t), protocol.CodeUnavailable)
+		})
+		t.Run("after-stop/"+tk.name, func(t *testing.T) {
+			h := newHarness(t, scrubFast)
+			c := h.client()
+			for range 40 {
+				if err := autoGrant(c, t); err != nil {
+					t.Fatal(err)
+				}
+			}
+			state := h.dir
+			h = h.restartWith(t, scrubFast, func() { tk.edit(t, closedSegments(t, state)) })
+			d := waitDamage(t, h.srv)
+			if d.Reason != tk.reason {
+				t.Errorf("reason %s, want %s: %v", d.Reason, tk.reason, d)
+			}
+			wantCode(t, autoGrant(h.client(), t), protocol.CodeUnavailable)
+		})
+	}
 }
