@@ -44,8 +44,10 @@ fail, with a hint under what is not ok:
   state    the state folder is a folder only its owner (the daemon's user) may
            enter, and nobody else could change a folder above it
   key      the principal key file is its owner's alone; the public key
-  audit    the audit log's chain holds, and holds the head the daemon
-           reported last (at its start or its stop)
+  audit    the audit log verifies (every segment; a failure names the first
+           bad record and its reason), holds the head the daemon reported
+           last (at its start or its stop), and the daemon's scrub found no
+           damage that an admin has not acknowledged
   lock     whether an approver locked the daemon
   socket   the socket exists, its group is socket_group and not the
            daemon's own, and a daemon answers with the principal key above

@@ -195,7 +195,7 @@ func run() error {
 		return err
 	}
 	if o.scrub > 0 {
-		rows, err := measureScrub(bin, dir, o.scrub, o.rounds, o.n, o.scrubRate)
+		rows, err := measureScrub(bin, o.base, dir, o.scrub, o.rounds, o.n, o.scrubRate)
 		reportScrub(os.Stdout, rows)
 		if err == nil && o.jsonOut != "" {
 			b, _ := json.MarshalIndent(rows, "", "  ")

@@ -21,13 +21,15 @@ import (
 // medians.
 
 type scrubRound struct {
-	Ready      time.Duration // exec to first HELLO
-	Wall       time.Duration // from the scrub's first read to its last
-	CPU        time.Duration // the daemon's CPU time meanwhile
-	Read       int64         // bytes the daemon read meanwhile (rchar)
-	During     latency       // GRANT in sequence while the scrub runs
-	After      latency       // and right after it ended
-	ReadyLoad  time.Duration // start-up of the run with the latency load
+	Ready      time.Duration   // exec to first HELLO
+	Wall       time.Duration   // from the scrub's first read to its last
+	CPU        time.Duration   // the daemon's CPU time meanwhile
+	Read       int64           // bytes the daemon read meanwhile (rchar)
+	During     latency         // GRANT in sequence while the scrub runs
+	After      latency         // and right after it ended
+	ReadyLoad  time.Duration   // start-up of the run with the latency load
+	Starts     []time.Duration // more starts of this binary, interleaved with …
+	BaseStarts []time.Duration // … the -base binary's on the same log
 	RateMiBps  int
 	LogBytes   int64
 	LogRecords int
@@ -36,7 +38,7 @@ type scrubRound struct {
 // measureScrub writes a log of n records and runs rounds of two daemon
 // starts on it: one left alone while it scrubs, one timed with GRANTs in
 // sequence while it scrubs and after.
-func measureScrub(bin, dir string, n, rounds, reqs, rate int) ([]scrubRound, error) {
+func measureScrub(bin, base, dir string, n, rounds, reqs, rate int) ([]scrubRound, error) {
 	sub := filepath.Join(dir, "scrub")
 	if err := os.Mkdir(sub, 0o700); err != nil {
 		return nil, err
@@ -130,9 +132,39 @@ func measureScrub(bin, dir string, n, rounds, reqs, rate int) ([]scrubRound, err
 		if err != nil {
 			return nil, fmt.Errorf("%w\n%s", err, d.stderr.String())
 		}
+		// Start-ups, this binary and the baseline in turn, each stopped
+		// at once (before its scrub begins).
+		for k := 0; k < 3; k++ {
+			for _, b := range []string{bin, base} {
+				if b == "" {
+					continue
+				}
+				d, ready, err := startDaemon(b, state, sock)
+				if err != nil {
+					return nil, err
+				}
+				if err := d.stop(); err != nil {
+					return nil, fmt.Errorf("%w\n%s", err, d.stderr.String())
+				}
+				if b == bin {
+					r.Starts = append(r.Starts, ready)
+				} else {
+					r.BaseStarts = append(r.BaseStarts, ready)
+				}
+			}
+		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return d[len(d)/2]
 }
 
 // waitScrubbed waits until the daemon pid has read size bytes more than
@@ -177,7 +209,16 @@ func reportScrub(w io.Writer, rows []scrubRound) {
 	wall, cpu := med(func(r scrubRound) time.Duration { return r.Wall }), med(func(r scrubRound) time.Duration { return r.CPU })
 	fmt.Fprintf(w, "  wall %s, daemon CPU %s (%.1f%% of one core), read %.0f MB\n", wall.Round(time.Millisecond), cpu.Round(time.Millisecond),
 		100*float64(cpu)/float64(wall), float64(rows[len(rows)/2].Read)/1e6)
-	fmt.Fprintf(w, "  start-up (exec to first HELLO): %s\n", ms(med(func(r scrubRound) time.Duration { return min(r.Ready, r.ReadyLoad) })))
+	var starts, bases []time.Duration
+	for _, r := range rows {
+		starts = append(append(starts, r.Ready, r.ReadyLoad), r.Starts...)
+		bases = append(bases, r.BaseStarts...)
+	}
+	fmt.Fprintf(w, "  start-up (exec to first HELLO), median of %d: %s", len(starts), ms(median(starts)))
+	if len(bases) > 0 {
+		fmt.Fprintf(w, "; the -base binary's, interleaved, median of %d: %s", len(bases), ms(median(bases)))
+	}
+	fmt.Fprintln(w)
 	during, after := med(func(r scrubRound) time.Duration { return r.During.P50 }), med(func(r scrubRound) time.Duration { return r.After.P50 })
 	fmt.Fprintf(w, "  issue p50 while it runs %s, after it %s (%.2fx); p99 %s and %s\n", us(during), us(after), float64(during)/float64(after),
 		us(med(func(r scrubRound) time.Duration { return r.During.P99 })), us(med(func(r scrubRound) time.Duration { return r.After.P99 })))
