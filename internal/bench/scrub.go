@@ -110,18 +110,18 @@ func measureScrub(bin, base, dir string, n, rounds, reqs, rate int) ([]scrubRoun
 		if err == nil {
 			// The scrub begins a second after the start.
 			time.Sleep(audit.ScrubDelay + 200*time.Millisecond)
-			r.During, err = measureLatency(pid, ops[0], 50, reqs)
-		}
-		if err == nil {
-			if now, _ := procIO(pid, "rchar"); int64(now-read0) >= size {
-				err = fmt.Errorf("the scrub ended before the %d requests timed during it did; pass a lower -scrub-rate or fewer -n", reqs)
+			scrubbing := func() bool {
+				now, err := procIO(pid, "rchar")
+				return err == nil && int64(now-read0) < size*9/10
 			}
+			r.During, err = measureWhile(ops[0], scrubbing, reqs)
 		}
 		if err == nil {
 			_, _, _, err = waitScrubbed(pid, read0, size)
 		}
 		if err == nil {
-			r.After, err = measureLatency(pid, ops[0], 50, reqs)
+			// As many as were timed during the scrub.
+			r.After, err = measureLatency(pid, ops[0], 50, r.During.N)
 		}
 		if closeOps != nil {
 			closeOps()
@@ -165,6 +165,24 @@ func median(d []time.Duration) time.Duration {
 	d = slices.Clone(d)
 	slices.Sort(d)
 	return d[len(d)/2]
+}
+
+// measureWhile times do, one at a time, while cond holds (checked every
+// ten requests), at most n times.
+func measureWhile(do op, cond func() bool, n int) (latency, error) {
+	var d []time.Duration
+	for len(d) < n && (len(d)%10 != 0 || cond()) {
+		t0 := time.Now()
+		if err := do(); err != nil {
+			return latency{}, fmt.Errorf("request %d: %w", len(d)+1, err)
+		}
+		d = append(d, time.Since(t0))
+	}
+	if len(d) < 10 {
+		return latency{}, fmt.Errorf("only %d requests while the scrub ran", len(d))
+	}
+	slices.Sort(d)
+	return latency{N: len(d), P50: quantile(d, 0.50), P99: quantile(d, 0.99)}, nil
 }
 
 // waitScrubbed waits until the daemon pid has read size bytes more than

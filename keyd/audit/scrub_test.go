@@ -371,3 +371,26 @@ func FuzzVerifyAcknowledged(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkScrub verifies a log of 5 000 records, as the scrub does
+// without its rate bound: what it costs a byte (docs/performance.md).
+func BenchmarkScrub(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "audit.log")
+	o := signedOptions(newTestClock())
+	o.CheckpointEvery = 1000
+	l := openWith(b, o, path)
+	for _, rec := range auditTestRecords(5000) {
+		auditTestAppend(b, l, rec)
+	}
+	mustClose(b, l)
+	b.ResetTimer()
+	var read int64
+	for range b.N {
+		rep, err := Verify(path, VerifyOptions{Key: testPub("daemon")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		read = rep.BytesRead
+	}
+	b.SetBytes(read)
+}
