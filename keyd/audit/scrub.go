@@ -306,7 +306,7 @@ func (l *Log) scrubOnce(ctx context.Context) {
 	// Read once more before calling it damage: a file caught in the middle
 	// of a write (the daemon's, or the attacker's) shows a state that no
 	// longer holds. What the second reading finds is what is reported.
-	rep, err = l.Scrub(ctx)
+	_, err = l.Scrub(ctx)
 	if ctx.Err() != nil {
 		return
 	}
