@@ -48,12 +48,17 @@ func measureScrub(bin, base, dir string, n, rounds, reqs, rate int) ([]scrubRoun
 	if err != nil {
 		return nil, err
 	}
+	// The baseline may not know scrub_rate: it starts with the
+	// configuration as init wrote it.
+	cfgPath := filepath.Join(state, "config.toml")
+	plainCfg, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	rateCfg := plainCfg
 	if rate > 0 {
-		path := filepath.Join(state, "config.toml")
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, err
-		}
+		path := cfgPath
+		b := slices.Clone(plainCfg)
 		if !strings.Contains(string(b), "\n[audit]\n") {
 			return nil, fmt.Errorf("%s has no [audit] table", path)
 		}
@@ -61,6 +66,7 @@ func measureScrub(bin, base, dir string, n, rounds, reqs, rate int) ([]scrubRoun
 		if err := os.WriteFile(path, b, 0o640); err != nil {
 			return nil, err
 		}
+		rateCfg = b
 	}
 	step("scrub: writing an audit log of %d records", n)
 	if err := writeLog(state, n); err != nil {
@@ -109,7 +115,7 @@ func measureScrub(bin, base, dir string, n, rounds, reqs, rate int) ([]scrubRoun
 		ops, closeOps, err := keydClients(sock, 1)
 		if err == nil {
 			// The scrub begins a second after the start.
-			time.Sleep(audit.ScrubDelay + 200*time.Millisecond)
+			time.Sleep(audit.DefaultScrubDelay + 200*time.Millisecond)
 			scrubbing := func() bool {
 				now, err := procIO(pid, "rchar")
 				return err == nil && int64(now-read0) < size*9/10
@@ -139,6 +145,13 @@ func measureScrub(bin, base, dir string, n, rounds, reqs, rate int) ([]scrubRoun
 				if b == "" {
 					continue
 				}
+				cfg := rateCfg
+				if b == base {
+					cfg = plainCfg
+				}
+				if err := os.WriteFile(cfgPath, cfg, 0o640); err != nil {
+					return nil, err
+				}
 				d, ready, err := startDaemon(b, state, sock)
 				if err != nil {
 					return nil, err
@@ -152,6 +165,9 @@ func measureScrub(bin, base, dir string, n, rounds, reqs, rate int) ([]scrubRoun
 					r.BaseStarts = append(r.BaseStarts, ready)
 				}
 			}
+		}
+		if err := os.WriteFile(cfgPath, rateCfg, 0o640); err != nil {
+			return nil, err
 		}
 		out = append(out, r)
 	}

@@ -101,6 +101,9 @@ type Options struct {
 	// from Open on, scrub or not.
 	ScrubInterval time.Duration
 	ScrubRate     int64
+	// ScrubDelay is how long after Open the first scrub begins (at most
+	// ScrubInterval); zero means DefaultScrubDelay.
+	ScrubDelay time.Duration
 	// Now is the clock and Rand the source of a new log's id; nil means
 	// time.Now and crypto/rand.
 	Now  func() time.Time

@@ -43,9 +43,9 @@ const (
 	DefaultScrubRate     = 32 << 20 // bytes a second
 )
 
-// ScrubDelay is how long after Open the first scrub begins (or the
+// DefaultScrubDelay is how long after Open the first scrub begins (or the
 // interval, if shorter).
-const ScrubDelay = time.Second
+const DefaultScrubDelay = time.Second
 
 // MessageIDDamage is the journal MESSAGE_ID of the entry the scrub writes
 // when it finds damage.
@@ -218,7 +218,11 @@ func (l *Log) scrubLoop() {
 	if interval > 0 {
 		// A moment after the start, so that the start itself (and its
 		// first requests) never share the disk with the scrub.
-		next = time.After(min(ScrubDelay, interval))
+		delay := l.o.ScrubDelay
+		if delay <= 0 {
+			delay = DefaultScrubDelay
+		}
+		next = time.After(min(delay, interval))
 	}
 	poll := time.NewTicker(250 * time.Millisecond)
 	defer poll.Stop()
