@@ -87,7 +87,7 @@ type AuditConfig struct {
 	Retain Duration `toml:"retain"`
 	// ScrubInterval and ScrubRate say how often the whole log is verified
 	// again in the background (after every start, then at this interval)
-	// and how fast it is read, in MiB a second. Zero means 24h and 32.
+	// and how fast it is read, in MiB a second. Zero means 24h and 16.
 	ScrubInterval Duration `toml:"scrub_interval"`
 	ScrubRate     int      `toml:"scrub_rate"`
 }
@@ -411,7 +411,7 @@ listen = ""
 # scrub_interval, reading at most scrub_rate MiB a second; damage found stops
 # issuance until an admin runs parley-keyd audit acknowledge.
 # scrub_interval = "24h"
-# scrub_rate = 32
+# scrub_rate = 16
 `)
 	return b.String()
 }

@@ -40,7 +40,7 @@ import (
 // Defaults of the scrub's options, as the daemon sets them.
 const (
 	DefaultScrubInterval = 24 * time.Hour
-	DefaultScrubRate     = 32 << 20 // bytes a second
+	DefaultScrubRate     = 16 << 20 // bytes a second
 )
 
 // DefaultScrubDelay is how long after Open the first scrub begins (or the
