@@ -380,11 +380,19 @@ func (l *Log) publishDamage(d *Damage) {
 // removes the damage file and issues again. The answer goes to
 // AcknowledgeResultPath; the acknowledgement file is removed either way.
 func (l *Log) checkAck() {
+	// Claimed first (renamed), so that an acknowledgement written while
+	// this one is answered is not removed with it.
 	path := AcknowledgePath(l.path)
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if errors.Is(err, fs.ErrNotExist) {
+	taken := path + ".taken"
+	if err := os.Rename(path, taken); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			l.o.Journal.Send(journal.Entry{Priority: journal.Err, Key: "audit-ack",
+				Message: fmt.Sprintf("audit log: the acknowledgement %s cannot be taken: %v", path, err)})
+		}
 		return
 	}
+	defer os.Remove(taken)
+	f, err := os.OpenFile(taken, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	var ack Acknowledgement
 	var res AcknowledgeResult
 	if err == nil {
@@ -414,7 +422,6 @@ func (l *Log) checkAck() {
 	if werr := durable.ReplaceFile(AcknowledgeResultPath(l.path), append(b, '\n'), 0o600, nil); werr != nil {
 		l.o.Journal.Send(journal.Entry{Priority: journal.Err, Message: fmt.Sprintf("audit log: the answer to an acknowledgement could not be written: %v", werr)})
 	}
-	os.Remove(path)
 	if !res.OK {
 		l.o.Journal.Send(journal.Entry{Priority: journal.Warning, Always: true, Message: "audit log: acknowledgement refused: " + res.Error})
 	}
