@@ -704,7 +704,7 @@ func (c *Client) Watch(ctx context.Context, feed Feed) error {
 			}
 		case "audit-damage":
 			var d protocol.AuditDamage
-			if err := json.Unmarshal(f.Data, &d); err != nil {
+			if err := decodeData(f.Data, &d); err != nil {
 				bad(f.Message, err)
 			} else if feed.AuditDamage != nil {
 				feed.AuditDamage(d)
