@@ -140,11 +140,6 @@ func (s *Server) run(r *request) (*protocol.Frame, error) {
 func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol.Frame, error) {
 	rec := &r.rec
 	if err == nil && r.issued {
-		// Attack: a grant signed while the human pressed Stop (a slow key
-		// service, an approval a moment before) leaving after LOCK said
-		// that nothing would. The lock is checked once the grant is
-		// signed, and a LOCK waits for the grants already past this
-		// check to be recorded (lockState.mu).
 		if e := s.refuseIfDamaged(); e != nil {
 			// The scrub found damage while this grant was being decided.
 			rec.Kind, rec.Decision, rec.Message = audit.KindDeny, string(e.Code), "signed, then discarded: the audit log failed verification before the grant left"
@@ -154,6 +149,11 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 			r.settle(e)
 			return nil, e
 		}
+		// Attack: a grant signed while the human pressed Stop (a slow key
+		// service, an approval a moment before) leaving after LOCK said
+		// that nothing would. The lock is checked once the grant is
+		// signed, and a LOCK waits for the grants already past this
+		// check to be recorded (lockState.mu).
 		s.lock.mu.RLock()
 		if st := s.lock.cur; st != nil {
 			s.lock.mu.RUnlock()

@@ -400,3 +400,37 @@ func TestScrubFindsEachKindUnderTheDaemon(t *testing.T) {
 		})
 	}
 }
+
+// TestScrubDamageDiscardsGrantDecidedMeanwhile: a grant waiting for a
+// human when the scrub finds damage is not released when the human then
+// approves it: signed, then discarded, and refused with unavailable.
+func TestScrubDamageDiscardsGrantDecidedMeanwhile(t *testing.T) {
+	h := newHarness(t, scrubFast)
+	c := h.client()
+	for range 40 {
+		if err := autoGrant(c, t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
+	editClosedSegment(t, h.dir)
+	waitDamage(t, h.srv)
+	if err := h.client().Approve(ctxT(t), a.ev.Request, a.ev.Code, "terminal"); err != nil {
+		t.Logf("approve: %v", err)
+	}
+	res, err := a.wait(t)
+	wantCode(t, err, protocol.CodeUnavailable)
+	if res != nil {
+		t.Fatalf("a grant left after the scrub found damage: %+v", res)
+	}
+	found := false
+	audit.Read(filepath.Join(h.dir, "audit.log"), audit.Filter{}, func(_ []byte, r *audit.Record) error {
+		if r.RequestID == a.ev.Request && r.Kind == audit.KindDeny && strings.Contains(r.Message, "signed, then discarded") {
+			found = true
+		}
+		return nil
+	})
+	if !found {
+		t.Error("no record says the grant was signed, then discarded")
+	}
+}
