@@ -138,6 +138,16 @@ func (s *Server) watch(r *request) (*protocol.Frame, error) {
 			r.event("checkpoint", cp)
 		}
 	}
+	// Damage the scrub found: approvers see that issuance stopped, and why.
+	var damage <-chan *audit.Damage
+	if feed, ok := s.audit.(damageFeed); ok {
+		ch, stop := feed.SubscribeDamage()
+		defer stop()
+		damage = ch
+		if d := feed.Damage(); d != nil {
+			r.event("audit-damage", damageView(d))
+		}
+	}
 	for _, v := range s.queue.list() {
 		w.Pending(v)
 	}
@@ -174,6 +184,11 @@ func (s *Server) watch(r *request) (*protocol.Frame, error) {
 				return nil, revoked()
 			}
 			r.event("checkpoint", cp)
+		case d := <-damage:
+			if !stillApprover() {
+				return nil, revoked()
+			}
+			r.event("audit-damage", damageView(d))
 		case ev := <-w.events:
 			if !stillApprover() {
 				return nil, revoked()

@@ -85,6 +85,11 @@ type AuditConfig struct {
 	// Retain removes closed segments older than this once every witness
 	// holds a checkpoint after them. Zero keeps every segment.
 	Retain Duration `toml:"retain"`
+	// ScrubInterval and ScrubRate say how often the whole log is verified
+	// again in the background (after every start, then at this interval)
+	// and how fast it is read, in MiB a second. Zero means 24h and 16.
+	ScrubInterval Duration `toml:"scrub_interval"`
+	ScrubRate     int      `toml:"scrub_rate"`
 }
 
 // Options returns the audit log's options this table sets.
@@ -105,6 +110,11 @@ func (a AuditConfig) Options() (audit.Options, error) {
 	if a.CheckpointEvery < 0 || a.SegmentMiB < 0 {
 		return o, errors.New("audit.checkpoint_every and audit.segment_mib must not be negative")
 	}
+	if a.ScrubInterval.Duration < 0 || a.ScrubRate < 0 {
+		return o, errors.New("audit.scrub_interval and audit.scrub_rate must not be negative: the scrub cannot be turned off (docs/audit.md)")
+	}
+	o.ScrubInterval = a.ScrubInterval.Duration
+	o.ScrubRate = int64(a.ScrubRate) << 20
 	o.CheckpointEvery = a.CheckpointEvery
 	o.CheckpointInterval = a.CheckpointInterval.Duration
 	o.SegmentSize = int64(a.SegmentMiB) << 20
@@ -397,6 +407,11 @@ listen = ""
 # segment_mib = 64
 # segment_age = "720h"
 # retain = "8760h"
+# The whole log is verified again behind every start and then every
+# scrub_interval, reading at most scrub_rate MiB a second; damage found stops
+# issuance until an admin runs parley-keyd audit acknowledge.
+# scrub_interval = "24h"
+# scrub_rate = 16
 `)
 	return b.String()
 }

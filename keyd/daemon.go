@@ -142,6 +142,15 @@ func auditOptions(o Options) (audit.Options, error) {
 	if c.Retain != 0 {
 		ao.Retain = c.Retain
 	}
+	// The scrub always runs behind the fast start (DESIGN.md property 11).
+	if c.ScrubInterval != 0 {
+		ao.ScrubInterval = c.ScrubInterval
+	} else if ao.ScrubInterval == 0 {
+		ao.ScrubInterval = audit.DefaultScrubInterval
+	}
+	if c.ScrubRate != 0 {
+		ao.ScrubRate = c.ScrubRate
+	}
 	if ao.Signer == nil {
 		ao.Signer = o.Signer
 	}

@@ -140,6 +140,15 @@ func (s *Server) run(r *request) (*protocol.Frame, error) {
 func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol.Frame, error) {
 	rec := &r.rec
 	if err == nil && r.issued {
+		if e := s.refuseIfDamaged(); e != nil {
+			// The scrub found damage while this grant was being decided.
+			rec.Kind, rec.Decision, rec.Message = audit.KindDeny, string(e.Code), "signed, then discarded: the audit log failed verification before the grant left"
+			if _, aerr := s.audit.Append(*rec); aerr != nil {
+				s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, aerr)
+			}
+			r.settle(e)
+			return nil, e
+		}
 		// Attack: a grant signed while the human pressed Stop (a slow key
 		// service, an approval a moment before) leaving after LOCK said
 		// that nothing would. The lock is checked once the grant is
@@ -434,6 +443,9 @@ func (s *Server) grantRequest(r *request) (*protocol.Frame, error) {
 	if err := s.refuseIfLocked(); err != nil {
 		return nil, err
 	}
+	if e := s.refuseIfDamaged(); e != nil {
+		return nil, e
+	}
 	now := s.now().Unix()
 	body, holder, req, err := parseGrantBody(r.f.Grant, now)
 	r.rec.Holder, r.rec.Requested = body.Holder, caveatsJSON(body.Caveats)
@@ -680,6 +692,9 @@ func (s *Server) consent(r *request) (*protocol.Frame, error) {
 	}
 	if err := s.refuseIfLocked(); err != nil {
 		return nil, err
+	}
+	if e := s.refuseIfDamaged(); e != nil {
+		return nil, e
 	}
 	f := r.f
 	now := s.now().Unix()

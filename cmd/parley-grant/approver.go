@@ -133,7 +133,7 @@ func watchOnce(ctx context.Context, c *client.Client, desk *desktop.Desktop, qrD
 	}()
 	approverLogf("showing requests for user %s from %s", man.Caller.User, protocol.SocketPath(socketFlag))
 	keep := checkpointKeeper(man.Principal, a)
-	werr := c.Watch(runCtx, client.Feed{Pending: a.Pending, Ended: a.Ended, Checkpoint: keep,
+	werr := c.Watch(runCtx, client.Feed{Pending: a.Pending, Ended: a.Ended, Checkpoint: keep, AuditDamage: damageAlarm(a),
 		Malformed: func(msg string, err error) {
 			approverLogf("a %s event from the daemon could not be read: %v", msg, err)
 		}})
@@ -199,6 +199,22 @@ func checkpointKeeper(principal string, a *desktop.Approver) func(*checkpoint.Ch
 				"Tell the admin, and keep %s: parley-keyd audit verify --checkpoint %s shows what changed.", err, path, path))
 			return
 		}
+	}
+}
+
+// damageAlarm returns what the approver does when the daemon's scrub finds
+// damage in its audit log: a critical notification that stays until
+// dismissed, since nothing is issued until an admin acknowledges it.
+func damageAlarm(a *desktop.Approver) func(protocol.AuditDamage) {
+	return func(d protocol.AuditDamage) {
+		if d.Cleared {
+			approverLogf("the daemon's audit log damage was acknowledged by an admin; issuance resumed")
+			return
+		}
+		msg := grant.SafeText(d.Message, 600)
+		approverLogf("ALERT: %s", msg)
+		a.Alarm(fmt.Sprintf("The daemon's audit log failed verification [%s]: %s. "+
+			"Tell the admin: parley-keyd audit verify shows the damage.", grant.SafeText(d.Reason, 40), msg))
 	}
 }
 

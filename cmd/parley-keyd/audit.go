@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 
@@ -29,14 +32,14 @@ func newAuditCmd() *cobra.Command {
 		}
 		return filepath.Join(state, "audit.log")
 	}
-	cmd.AddCommand(newAuditVerifyCmd(&state, logPath), newAuditShowCmd(logPath))
+	cmd.AddCommand(newAuditVerifyCmd(&state, logPath), newAuditShowCmd(logPath), newAuditAcknowledgeCmd(&state))
 	return cmd
 }
 
 func newAuditVerifyCmd(state *string, logPath func([]string) string) *cobra.Command {
 	var keyArg, afterFile string
 	var checkpointFiles []string
-	var segment bool
+	var segment, jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "verify [FILE]",
 		Short: "Check the log: its chain, its signed checkpoints, and checkpoints kept elsewhere",
@@ -46,7 +49,12 @@ signature of every checkpoint against the principal key (--key, else the
 principal.pub next to FILE or in --state), that nothing follows the daemon's
 stop checkpoint, and each checkpoint kept elsewhere (--checkpoint: a
 witness's file, or lines taken from the journal). It names the file and
-line of the first problem and exits 3.
+line of the first problem and its reason, a word that scripts may rely on
+(chain, seq, malformed, torn, checkpoint, checkpoint-signature, foreign-key,
+foreign-log, after-stop, segment-link, empty, no-checkpoint, truncated,
+rollback, rewritten, witness, unreadable; docs/audit.md), and exits 3. With
+--json it prints one JSON object instead: "ok", and "reason", "file",
+"line", "seq", "detail" for a problem, or the report.
 
 With --segment, or --after, it checks FILE alone: a closed segment, or one
 that was moved away, after the checkpoint its first record follows.`,
@@ -84,9 +92,15 @@ that was moved away, after the checkpoint its first record follows.`,
 				o.After = cp
 			}
 			rep, err := audit.Verify(path, o)
+			if jsonOut {
+				return printVerifyJSON(cmd.OutOrStdout(), rep, err)
+			}
 			if err != nil {
 				var ae *audit.Error
 				switch {
+				case errors.As(err, &ae) && errors.Is(err, audit.ErrCheckpoint):
+					return &exitError{code: exitAudit, err: err,
+						hint: "the log contradicts a signed checkpoint; keep a copy of every file for investigation"}
 				case errors.As(err, &ae):
 					return &exitError{code: exitAudit, err: err,
 						hint: "the log was altered at or just before that line; keep a copy of every file for investigation"}
@@ -104,7 +118,150 @@ that was moved away, after the checkpoint its first record follows.`,
 	cmd.Flags().StringArrayVar(&checkpointFiles, "checkpoint", nil, "a file of checkpoints kept elsewhere, one JSON line each (repeatable)")
 	cmd.Flags().BoolVar(&segment, "segment", false, "check FILE alone, not the segments around it")
 	cmd.Flags().StringVar(&afterFile, "after", "", "with one segment: a file whose last line is the checkpoint its first record follows")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the outcome as one JSON object (with the problem's stable reason)")
 	return cmd
+}
+
+// verifyJSON is what audit verify --json prints.
+type verifyJSON struct {
+	OK           bool           `json:"ok"`
+	Reason       audit.Reason   `json:"reason,omitempty"`
+	File         string         `json:"file,omitempty"`
+	Line         int            `json:"line,omitempty"`
+	Seq          uint64         `json:"seq,omitempty"`
+	Detail       string         `json:"detail,omitempty"`
+	Error        string         `json:"error,omitempty"`
+	First        uint64         `json:"first,omitempty"`
+	Head         *audit.Head    `json:"head,omitempty"`
+	Files        int            `json:"files,omitempty"`
+	Checkpoints  int            `json:"checkpoints,omitempty"`
+	Key          string         `json:"key,omitempty"`
+	Stopped      bool           `json:"stopped,omitempty"`
+	Unsigned     uint64         `json:"unsigned,omitempty"`
+	Acknowledged []audit.Damage `json:"acknowledged,omitempty"`
+}
+
+func printVerifyJSON(w io.Writer, rep *audit.Report, err error) error {
+	var out verifyJSON
+	var ae *audit.Error
+	switch {
+	case err == nil:
+		out = verifyJSON{OK: true, First: rep.First, Head: &rep.Head, Files: len(rep.Files), Checkpoints: rep.Checkpoints,
+			Key: rep.Key, Stopped: rep.Stopped, Unsigned: rep.Unsigned}
+		for _, r := range rep.Acknowledged {
+			out.Acknowledged = append(out.Acknowledged, *r.Damage)
+		}
+	case errors.As(err, &ae):
+		out = verifyJSON{Reason: ae.Reason, File: ae.File, Line: ae.Line, Seq: ae.Seq, Detail: ae.Detail, Error: err.Error()}
+	default:
+		return err // not a verdict on the log: no such log, a bad key
+	}
+	b, _ := json.Marshal(out)
+	fmt.Fprintf(w, "%s\n", b)
+	if !out.OK {
+		return &exitError{code: exitAudit, err: errors.New("the audit log does not verify")}
+	}
+	return nil
+}
+
+func newAuditAcknowledgeCmd(state *string) *cobra.Command {
+	var reason string
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "acknowledge --reason TEXT",
+		Short: "Resume issuance after the daemon's scrub found damage in the audit log",
+		Long: `acknowledge tells the daemon that an admin looked into the damage its scrub
+found in the audit log (STATE/audit.damage; parley-keyd status and audit
+verify name it) and that issuance may resume. The daemon then starts a new
+segment whose checkpoint is followed by a record of kind "acknowledged"
+naming the damage, you and the reason, and signs it; from then on the scrub
+and audit verify go on past that damage. Keep a copy of the damaged files
+first: nothing vouches for the records between the damage and this point.
+
+It writes STATE/audit.acknowledge, which a running daemon takes within a
+second, and waits for its answer; a daemon that is not running takes it when
+it starts. Run it as root or as the daemon's user.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return acknowledge(cmd.OutOrStdout(), filepath.Join(*state, "audit.log"), reason, wait)
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why issuance may resume: what was found, what was done (required)")
+	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to wait for a running daemon's answer")
+	cmd.MarkFlagRequired("reason")
+	return cmd
+}
+
+func acknowledge(w io.Writer, path, reason string, wait time.Duration) error {
+	reason = strings.TrimSpace(reason)
+	if reason == "" {
+		return usageError{errors.New("--reason must say why issuance may resume")}
+	}
+	d, err := audit.ReadDamage(path)
+	if err != nil {
+		return withHint(fmt.Errorf("%s: %w", audit.DamagePath(path), err),
+			"the daemon treats an unreadable damage file as damage; look at it, and remove it only while the daemon is stopped")
+	}
+	if d == nil {
+		return withHint(fmt.Errorf("nothing to acknowledge: the daemon recorded no damage (%s does not exist)", audit.DamagePath(path)),
+			"parley-keyd audit verify checks the log now")
+	}
+	me := currentUserName()
+	by := fmt.Sprintf("%s (uid %d)", me, os.Getuid())
+	if su := os.Getenv("SUDO_USER"); su != "" && os.Getuid() == 0 {
+		by += " via sudo by " + su
+	}
+	b, _ := json.Marshal(audit.Acknowledgement{Damage: *d, Reason: reason, By: by, Time: time.Now().UTC().Format(time.RFC3339)})
+	// Root writes it for the daemon's user, who must read and remove it.
+	owner := -1
+	if fi, err := os.Stat(filepath.Dir(path)); err == nil && os.Geteuid() == 0 {
+		uid, _ := ownerOf(fi)
+		owner = int(uid)
+	}
+	os.Remove(audit.AcknowledgeResultPath(path))
+	if err := durable.ReplaceFile(audit.AcknowledgePath(path), append(b, '\n'), 0o600, func(tmp string) {
+		if owner >= 0 {
+			os.Chown(tmp, owner, -1)
+		}
+	}); err != nil {
+		return err
+	}
+	if !logInUse(path) {
+		fmt.Fprintf(w, "acknowledgement of %s written to %s; no daemon has the log open, so it takes it when it starts next\n", d, audit.AcknowledgePath(path))
+		return nil
+	}
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(audit.AcknowledgeResultPath(path))
+		if err == nil {
+			var res audit.AcknowledgeResult
+			if err := json.Unmarshal(b, &res); err != nil {
+				return fmt.Errorf("the daemon's answer %s: %w", audit.AcknowledgeResultPath(path), err)
+			}
+			if !res.OK {
+				return withHint(fmt.Errorf("the daemon refused the acknowledgement: %s", res.Error), "see parley-keyd status for the damage it holds now")
+			}
+			fmt.Fprintf(w, "acknowledged %s in record %d; issuance resumes\n", d, res.Seq)
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return withHint(fmt.Errorf("the daemon did not answer the acknowledgement within %s", wait),
+		"it stays in "+audit.AcknowledgePath(path)+" for the daemon to take; check journalctl -u parley-keyd")
+}
+
+// logInUse reports whether a daemon holds the audit log at path (its lock).
+func logInUse(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // auditKey finds the key checkpoints must be signed with.

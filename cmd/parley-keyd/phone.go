@@ -19,7 +19,7 @@ func startPhone(srv *keyd.Server, cfg *keyd.Config, state string, logf func(stri
 	}
 	p, err := phone.Start(phone.Options{Requests: srv, Listen: cfg.Phone.Listen, URL: base, State: state, Logf: logf,
 		// The Stop button locks the daemon, as a LOCK from the device.
-		Stop: srv.Stop})
+		Stop: srv.Stop, Alert: srv.AuditAlert})
 	if err != nil {
 		return nil, err
 	}

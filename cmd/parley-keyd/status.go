@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,8 +45,10 @@ fail, with a hint under what is not ok:
   state    the state folder is a folder only its owner (the daemon's user) may
            enter, and nobody else could change a folder above it
   key      the principal key file is its owner's alone; the public key
-  audit    the audit log's chain holds, and holds the head the daemon
-           reported last (at its start or its stop)
+  audit    the audit log verifies (every segment; a failure names the first
+           bad record and its reason), holds the head the daemon reported
+           last (at its start or its stop), and the daemon's scrub found no
+           damage that an admin has not acknowledged
   lock     whether an approver locked the daemon
   socket   the socket exists, its group is socket_group and not the
            daemon's own, and a daemon answers with the principal key above
@@ -471,9 +470,41 @@ func (d *doctor) checkAudit() {
 			return
 		}
 	}
+	// Damage the daemon's scrub found: it issues nothing until an admin
+	// acknowledges it, whatever the log holds now.
+	damage, derr := audit.ReadDamage(path)
+	if damage != nil {
+		d.fail("audit", "keep a copy of every file for investigation; once understood: parley-keyd audit acknowledge --reason TEXT",
+			"the daemon's scrub found damage (%s, found %s): %s; it issues nothing until an admin acknowledges it", damage.Reason, orWord(damage.Found, "at an unknown time"), damage)
+		if derr != nil {
+			return
+		}
+	}
 	rep, err := audit.Verify(path, o)
 	if err != nil {
-		d.fail("audit", "find the line with: parley-keyd audit verify; keep a copy of every file for investigation", "%s does not verify: %v", path, err)
+		var ae *audit.Error
+		if errors.As(err, &ae) && damage != nil && damage.Same(&audit.Damage{Reason: ae.Reason, Seq: ae.Seq, Line: ae.Line}) {
+			return // the line above names it
+		}
+		reason := ""
+		if errors.As(err, &ae) {
+			reason = " (" + string(ae.Reason) + ")"
+		}
+		d.fail("audit", "find the line with: parley-keyd audit verify; keep a copy of every file for investigation", "%s does not verify%s: %v", path, reason, err)
+		return
+	}
+	for _, r := range rep.Acknowledged {
+		why := r.Message
+		if i := strings.LastIndex(why, "; reason: "); i >= 0 {
+			why = why[i+len("; reason: "):]
+		}
+		by := ""
+		if r.DecidedBy != nil {
+			by = " by " + r.DecidedBy.Approver
+		}
+		d.warn("audit", "", "damage acknowledged in record %d%s (%q): %s", r.Seq, by, why, r.Damage)
+	}
+	if damage != nil {
 		return
 	}
 	head := rep.Head
@@ -524,33 +555,10 @@ func compareHead(path string, cur audit.Head, rep keyd.HeadReport, running bool)
 	return ""
 }
 
-// headAt returns the head at record n of the log's active file at path:
-// n and the chain hash of its line (docs/audit.md). A record before the
-// active file's first (in a closed segment) is reported as not found.
+// headAt returns the head at record n of the log at path, in whichever
+// segment holds it: n and the chain hash of its line (docs/audit.md).
 func headAt(path string, n uint64) (audit.Head, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return audit.Head{}, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var r struct {
-			Seq uint64 `json:"seq"`
-		}
-		if json.Unmarshal(sc.Bytes(), &r) != nil {
-			continue
-		}
-		if r.Seq == n {
-			sum := sha256.Sum256(sc.Bytes())
-			return audit.Head{Seq: n, Hash: base64.RawURLEncoding.EncodeToString(sum[:])}, nil
-		}
-		if r.Seq > n {
-			break
-		}
-	}
-	return audit.Head{}, fmt.Errorf("record %d is not in %s", n, path)
+	return audit.HashAt(path, n)
 }
 
 func (d *doctor) checkLock() {

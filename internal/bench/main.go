@@ -80,6 +80,7 @@ type options struct {
 	verify                                      bool
 	signers                                     string
 	startup                                     string // record counts for the start-up figures (startup.go)
+	scrub, scrubRate                            int    // -scrub: records of the log whose scrub is measured (scrub.go)
 }
 
 // The bench's own systems.
@@ -151,6 +152,8 @@ func run() error {
 	flag.BoolVar(&o.verify, "verify", true, "run grant's verification and signing benchmarks")
 	flag.StringVar(&o.signers, "signers", "", `key backends too: "also" after the main figures, "only" for them alone (needs SoftHSM2)`)
 	flag.StringVar(&o.startup, "startup", "1000,100000,1000000", "audit log lengths for the start-up figures (empty: none)")
+	flag.IntVar(&o.scrub, "scrub", 0, "only the audit log scrub's cost, on a log of this many records (docs/performance.md): rounds of -n requests while it runs and after")
+	flag.IntVar(&o.scrubRate, "scrub-rate", 0, "scrub_rate in MiB/s for -scrub (0: the daemon's default)")
 	flag.Parse()
 
 	sshBin, err := exec.LookPath(o.sshAgentBin)
@@ -189,6 +192,15 @@ func run() error {
 	if o.signers == "only" {
 		rows, err := measureSigners(o, bin, dir)
 		reportSigners(os.Stdout, rows)
+		return err
+	}
+	if o.scrub > 0 {
+		rows, err := measureScrub(bin, o.base, dir, o.scrub, o.rounds, o.n, o.scrubRate)
+		reportScrub(os.Stdout, rows)
+		if err == nil && o.jsonOut != "" {
+			b, _ := json.MarshalIndent(rows, "", "  ")
+			err = os.WriteFile(o.jsonOut, b, 0o644)
+		}
 		return err
 	}
 	state, sock, err := initState(bin, dir)

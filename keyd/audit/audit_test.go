@@ -316,7 +316,7 @@ func TestVerifyAuditTampering(t *testing.T) {
 			if !errors.As(err, &ae) {
 				t.Fatalf("verify: got %v, want *Error", err)
 			}
-			if ae.Line != tt.wantLine || !strings.Contains(ae.Reason, tt.reason) {
+			if ae.Line != tt.wantLine || !strings.Contains(ae.Detail, tt.reason) {
 				t.Errorf("got %v, want line %d with %q", ae, tt.wantLine, tt.reason)
 			}
 		})

@@ -17,7 +17,7 @@ import (
 // Cut, Folded or Checkpoint, or a string that encoding/json would escape,
 // or raw JSON it would reject.
 func appendRecord(dst []byte, rec *Record) ([]byte, bool) {
-	if len(rec.Cut) > 0 || rec.Folded != nil || rec.Checkpoint != nil {
+	if len(rec.Cut) > 0 || rec.Folded != nil || rec.Checkpoint != nil || rec.Damage != nil {
 		return dst, false
 	}
 	start := len(dst)

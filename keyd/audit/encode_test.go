@@ -81,12 +81,12 @@ func plainRecord(rec *Record) bool {
 }
 
 // TestAppendRecordKnowsEveryField fills every field of a Record, its Caller
-// and its Decider (but the three appendRecord declines) through reflection,
+// and its Decider (but the four appendRecord declines) through reflection,
 // so a field added to the record and not to appendRecord fails here rather
 // than vanishing from the log.
 func TestAppendRecordKnowsEveryField(t *testing.T) {
 	var rec Record
-	testfill.Fill(t, &rec, "Cut", "Folded", "Checkpoint")
+	testfill.Fill(t, &rec, "Cut", "Folded", "Checkpoint", "Damage")
 	want, err := json.Marshal(&rec)
 	if err != nil {
 		t.Fatal(err)

@@ -105,6 +105,16 @@ type Options struct {
 	// StartRetry is how often a deferred log tries its open checkpoint
 	// again; zero means DefaultStartRetry.
 	StartRetry time.Duration
+	// ScrubInterval, when above zero, makes the log verify itself whole in
+	// the background right after Open and then every ScrubInterval, reading
+	// at most ScrubRate bytes a second (zero: DefaultScrubRate); see
+	// scrub.go. With a Signer, a log whose damage file exists is damaged
+	// from Open on, scrub or not.
+	ScrubInterval time.Duration
+	ScrubRate     int64
+	// ScrubDelay is how long after Open the first scrub begins (at most
+	// ScrubInterval); zero means DefaultScrubDelay.
+	ScrubDelay time.Duration
 	// Now is the clock and Rand the source of a new log's id; nil means
 	// time.Now and crypto/rand.
 	Now  func() time.Time
@@ -219,6 +229,7 @@ type Log struct {
 	folds folds
 	wit   witnessState
 	subs  subscribers
+	scrub scrubState
 
 	quiet    atomic.Bool   // Open failed: close without a stop checkpoint
 	syncs    atomic.Uint64 // fsyncs issued by the writer; read by tests and benchmarks
@@ -318,7 +329,7 @@ func (o Options) Open(path string) (*Log, error) {
 		st, err = l.load(created)
 		if err != nil {
 			f.Close()
-			return nil, err
+			return nil, l.withWitnesses(err)
 		}
 		l.setMode()
 	}
@@ -329,6 +340,7 @@ func (o Options) Open(path string) (*Log, error) {
 		l.closeQuiet()
 		return nil, err
 	}
+	l.startScrub()
 	return l, nil
 }
 
@@ -586,7 +598,7 @@ func (l *Log) load(created bool) (*openState, error) {
 	size := fi.Size()
 	if size == 0 {
 		if l.pub != nil {
-			return nil, &Error{File: l.path, Reason: "the file is empty; a log the daemon writes always begins with a checkpoint record, so it was emptied or truncated (logrotate's copytruncate does that). Keep it for investigation; to start a new log, move every segment of this one aside"}
+			return nil, &Error{File: l.path, Reason: ReasonEmpty, Detail: "the file is empty; a log the daemon writes always begins with a checkpoint record, so it was emptied or truncated (logrotate's copytruncate does that). Keep it for investigation; to start a new log, move every segment of this one aside"}
 		}
 		return st, nil
 	}
@@ -641,7 +653,7 @@ func (l *Log) load(created bool) (*openState, error) {
 		return nil, fmt.Errorf("audit log %s cannot be trusted: %w (run `parley-keyd audit verify`; to start a new log, move this one aside)", l.path, err)
 	}
 	if l.pub != nil && v.logID == "" && !st.migrate {
-		return nil, &Error{File: l.path, Reason: "no checkpoint found"}
+		return nil, &Error{File: l.path, Reason: ReasonNoCheckpoint, Detail: "no checkpoint found"}
 	}
 	if v.logID != "" {
 		l.logID = v.logID
@@ -672,7 +684,7 @@ func (l *Log) findLastCheckpoint(size int64, v *verifier) (int64, error) {
 		return false
 	}, &l.openRead)
 	if err != nil {
-		return 0, &Error{File: l.path, Reason: err.Error()}
+		return 0, &Error{File: l.path, Reason: ReasonMalformed, Detail: err.Error()}
 	}
 	k := -1
 	for i := len(lines) - 1; i >= 0; i-- {
@@ -682,20 +694,20 @@ func (l *Log) findLastCheckpoint(size int64, v *verifier) (int64, error) {
 		}
 	}
 	if k < 0 {
-		return 0, &Error{File: l.path, Reason: "no checkpoint record found, though the first line looks like one"}
+		return 0, &Error{File: l.path, Reason: ReasonNoCheckpoint, Detail: "no checkpoint record found, though the first line looks like one"}
 	}
 	var rec Record
 	if err := json.Unmarshal(lines[k], &rec); err != nil || rec.Checkpoint == nil {
-		return 0, &Error{File: l.path, Reason: "the last checkpoint record does not parse"}
+		return 0, &Error{File: l.path, Reason: ReasonCheckpoint, Detail: "the last checkpoint record does not parse"}
 	}
 	cp := rec.Checkpoint
 	if err := verifyAnyKey(cp, l.pub, l.o.Previous); err != nil {
-		return 0, &Error{File: l.path, Seq: rec.Seq, Reason: fmt.Sprintf("the last checkpoint: %v (a log signed by another key, or forged)", err)}
+		return 0, &Error{File: l.path, Seq: rec.Seq, Reason: signatureReason(cp, l.pub, l.o.Previous), Detail: fmt.Sprintf("the last checkpoint: %v (a log signed by another key, or forged); the log's head is record %d, hash %s, as that checkpoint claims", err, cp.Seq, cp.Hash)}
 	}
 	if k > 0 {
 		seq, _, ok := peek(lines[k-1])
 		if !ok || seq != cp.Seq || lineHash(lines[k-1]) != cp.Hash {
-			return 0, &Error{File: l.path, Seq: cp.Seq, Reason: fmt.Sprintf("the record the checkpoint of %s covers was edited or replaced (its hash differs from the signed one)", cp.Time)}
+			return 0, &Error{File: l.path, Seq: cp.Seq, Reason: ReasonCheckpoint, Detail: fmt.Sprintf("the record the checkpoint of %s covers was edited or replaced (its hash differs from the signed one)", cp.Time)}
 		}
 	}
 	return offs[k], nil
@@ -721,7 +733,7 @@ func firstLine(f *os.File, read *int64) ([]byte, error) {
 			return nil, fmt.Errorf("read audit log: %w", err)
 		}
 	}
-	return nil, &Error{File: f.Name(), Line: 1, Reason: fmt.Sprintf("line longer than %d bytes", maxLine)}
+	return nil, &Error{File: f.Name(), Line: 1, Reason: ReasonMalformed, Detail: fmt.Sprintf("line longer than %d bytes", maxLine)}
 }
 
 type scanResult struct {
@@ -746,7 +758,7 @@ func scanFrom(f io.ReaderAt, name string, off, size int64, v *verifier, read *in
 	for {
 		line, complete, err := readLine(br)
 		if err != nil && err != io.EOF {
-			return res, v.errorf("%v", err)
+			return res, v.errorf(ReasonMalformed, "%v", err)
 		}
 		if err == io.EOF {
 			break
@@ -794,10 +806,10 @@ func readTorn(f io.ReaderAt, name string, off, size int64, read *int64) (tornTai
 		}
 		if err != nil {
 			// A line over maxLine inside a torn tail: hash it whole.
-			return t, &Error{File: name, Reason: "the damaged tail holds a line longer than " + strconv.Itoa(maxLine) + " bytes"}
+			return t, &Error{File: name, Reason: ReasonMalformed, Detail: "the damaged tail holds a line longer than " + strconv.Itoa(maxLine) + " bytes"}
 		}
 		if complete && isCheckpointLine(line) && bytes.IndexByte(line, 0) < 0 {
-			return t, &Error{File: name, Reason: "a checkpoint record follows damaged bytes at the end of the log: this is not the trace of a crash"}
+			return t, &Error{File: name, Reason: ReasonMalformed, Detail: "a checkpoint record follows damaged bytes at the end of the log: this is not the trace of a crash"}
 		}
 		h.Write(line)
 		if complete {
@@ -1162,6 +1174,7 @@ func (l *Log) Close() error {
 	close(l.stop)
 	l.mu.Unlock()
 	<-l.done
+	<-l.scrub.done
 	err := l.closeErr
 	var final *Checkpoint
 	if l.started.Load() {
@@ -1381,7 +1394,7 @@ func (l *Log) commit(batch []*request) {
 				r.err = fmt.Errorf("audit record of unknown kind %q", clean(rec.Kind, 40))
 				continue
 			}
-			rec.Cut, rec.Folded, rec.Checkpoint = nil, nil, nil
+			rec.Cut, rec.Folded, rec.Checkpoint, rec.Damage = nil, nil, nil, nil
 			bound(&rec)
 		}
 		rec.Seq, rec.Prev = seq+1, head

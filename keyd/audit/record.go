@@ -38,6 +38,11 @@ const (
 	KindCheckpoint = "checkpoint"
 	KindLock       = "lock"   // an approver locked the daemon: every request is refused
 	KindUnlock     = "unlock" // an approver lifted the lock
+	// KindAcknowledged follows the checkpoint that begins a new segment
+	// after an admin acknowledged damage the scrub found (parley-keyd audit
+	// acknowledge): Damage names it, Message gives the admin's reason,
+	// DecidedBy the admin. Only the log writes it.
+	KindAcknowledged = "acknowledged"
 )
 
 // KindUnsigned says that a checkpoint was due and its signer could not sign
@@ -90,6 +95,9 @@ type Record struct {
 	Folded *Folded `json:"folded,omitempty"`
 	// Checkpoint is set on records of kind "checkpoint".
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	// Damage is set on records of kind "acknowledged": the damage the
+	// admin acknowledged.
+	Damage *Damage `json:"damage,omitempty"`
 }
 
 // Caller is the requester as the kernel identified it (see peercred.Get),

@@ -110,7 +110,7 @@ func testRotation(t *testing.T, pre int64) {
 	}
 	_, err = Verify(path, VerifyOptions{Key: pub})
 	var ae *Error
-	if !errors.As(err, &ae) || ae.File != filepath.Base(segs[3].Path) || ae.Line != 1 || !strings.Contains(ae.Reason, fmt.Sprintf("want %d", segs[2].First)) {
+	if !errors.As(err, &ae) || ae.File != filepath.Base(segs[3].Path) || ae.Line != 1 || !strings.Contains(ae.Detail, fmt.Sprintf("want %d", segs[2].First)) {
 		t.Errorf("verify with a segment missing: %v", err)
 	}
 }

@@ -151,14 +151,14 @@ func readFrom(file *os.File, name string, off int64, f *Filter, fn func([]byte, 
 			return off, nil
 		}
 		if err != nil {
-			return off, &Error{File: name, Reason: err.Error()}
+			return off, &Error{File: name, Reason: ReasonMalformed, Detail: err.Error()}
 		}
 		if bytes.IndexByte(line, 0) >= 0 {
 			return off, nil // a NUL-filled tail: nothing after it is a record yet
 		}
 		var rec Record
 		if err := json.Unmarshal(line, &rec); err != nil {
-			return off, &Error{File: name, Reason: "not a valid record: " + err.Error()}
+			return off, &Error{File: name, Reason: ReasonMalformed, Detail: "not a valid record: " + err.Error()}
 		}
 		off += int64(len(line)) + 1
 		if f.match(&rec) {
@@ -291,7 +291,7 @@ func Show(r io.Reader, w io.Writer) error {
 		}
 		if err != nil {
 			if firstErr == nil {
-				firstErr = &Error{Line: no, Reason: err.Error()}
+				firstErr = &Error{Line: no, Reason: ReasonMalformed, Detail: err.Error()}
 			}
 			break
 		}
@@ -302,7 +302,7 @@ func Show(r io.Reader, w io.Writer) error {
 		if err := json.Unmarshal(line, &rec); err != nil {
 			fmt.Fprintf(bw, "line %d: not a record\n", no)
 			if firstErr == nil {
-				firstErr = &Error{Line: no, Reason: "not a valid record: " + err.Error()}
+				firstErr = &Error{Line: no, Reason: ReasonMalformed, Detail: "not a valid record: " + err.Error()}
 			}
 			continue
 		}

@@ -231,8 +231,11 @@ func TestTamperDetected(t *testing.T) {
 			p := filepath.Join(dir, "audit.log")
 
 			_, err := Verify(p, VerifyOptions{Key: pub, Checkpoints: latest})
+			var ae *Error
 			if err == nil {
 				t.Errorf("verify with the witness's latest checkpoint: accepted")
+			} else if !errors.As(err, &ae) || ae.Reason != tamperReasons[tt.name] {
+				t.Errorf("verify with the witness: %v; want reason %s", err, tamperReasons[tt.name])
 			} else {
 				t.Logf("verify with the witness: %v", err)
 			}
@@ -258,6 +261,24 @@ func TestTamperDetected(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tamperReasons are the stable reasons Verify gives, with the witness's
+// latest checkpoint, for the cases of TestTamperDetected.
+var tamperReasons = map[string]Reason{
+	"edited-last-record":                                 ReasonChain,
+	"edited-last-line-the-stop-checkpoint":               ReasonCheckpointSignature,
+	"appended-forgery":                                   ReasonAfterStop,
+	"tail-cut-at-a-record-boundary":                      ReasonTruncated,
+	"tail-cut-at-a-checkpoint":                           ReasonTruncated,
+	"chain-recomputed-after-an-edit":                     ReasonCheckpoint,
+	"chain-recomputed-after-an-edit-checkpoints-dropped": ReasonTruncated,
+	"chain-recomputed-after-a-delete":                    ReasonCheckpoint,
+	"chain-recomputed-after-an-insert":                   ReasonCheckpoint,
+	"full-rewrite-without-checkpoints":                   ReasonNoCheckpoint,
+	"full-rewrite-signed-with-another-key":               ReasonForeignKey,
+	"rollback-to-an-older-copy":                          ReasonRollback,
+	"empty-file":                                         ReasonEmpty,
 }
 
 // TestTamperNamesTheRecord pins what Verify says for the tampering the
@@ -294,7 +315,7 @@ func TestTamperNamesTheRecord(t *testing.T) {
 			writeLines(t, filepath.Join(dir, "audit.log"), tt.lines())
 			_, err := Verify(filepath.Join(dir, "audit.log"), VerifyOptions{Key: pub})
 			var ae *Error
-			if !errors.As(err, &ae) || ae.Line != tt.line || ae.File != "audit.log" || !strings.Contains(ae.Reason, tt.reason) {
+			if !errors.As(err, &ae) || ae.Line != tt.line || ae.File != "audit.log" || !strings.Contains(ae.Detail, tt.reason) {
 				t.Errorf("got %v, want audit.log line %d: …%s…", err, tt.line, tt.reason)
 			}
 		})

@@ -3,8 +3,10 @@ package audit
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -42,8 +44,8 @@ type verifier struct {
 
 func (v *verifier) head() Head { return Head{Seq: v.n, Hash: v.prev} }
 
-func (v *verifier) errorf(format string, args ...any) error {
-	e := &Error{File: v.file, Seq: v.n + 1, Reason: fmt.Sprintf(format, args...)}
+func (v *verifier) errorf(reason Reason, format string, args ...any) error {
+	e := &Error{File: v.file, Seq: v.n + 1, Reason: reason, Detail: fmt.Sprintf(format, args...)}
 	if v.lineKnown {
 		e.Line = v.line + 1
 	}
@@ -85,17 +87,17 @@ func (v *verifier) accept(line []byte) {
 // full decodes line and checks everything about it.
 func (v *verifier) full(line []byte) error {
 	if bytes.IndexByte(line, 0) >= 0 {
-		return v.errorf("the line holds NUL bytes (a crash before the data reached the disk, or damage)")
+		return v.errorf(ReasonMalformed, "the line holds NUL bytes (a crash before the data reached the disk, or damage)")
 	}
 	var rec Record
 	if err := json.Unmarshal(line, &rec); err != nil {
-		return v.errorf("not a valid record: %v", err)
+		return v.errorf(ReasonMalformed, "not a valid record: %v", err)
 	}
 	if rec.Kind == "" {
-		return v.errorf("record has no kind")
+		return v.errorf(ReasonMalformed, "record has no kind")
 	}
 	if _, err := time.Parse(time.RFC3339Nano, rec.Time); err != nil {
-		return v.errorf("bad time %q", clean(rec.Time, 40))
+		return v.errorf(ReasonMalformed, "bad time %q", clean(rec.Time, 40))
 	}
 	isCP := rec.Kind == KindCheckpoint && v.checkpoints
 	if !v.started {
@@ -110,17 +112,17 @@ func (v *verifier) full(line []byte) error {
 				v.startReason = rec.Checkpoint.Reason
 			}
 		case rec.Seq != 1:
-			return v.errorf("seq is %d, want 1 (records before it were removed)", rec.Seq)
+			return v.errorf(ReasonSeq, "seq is %d, want 1 (records before it were removed)", rec.Seq)
 		default:
-			return v.errorf("the first record has a non-empty prev (records before it were removed)")
+			return v.errorf(ReasonSeq, "the first record has a non-empty prev (records before it were removed)")
 		}
 	}
 	if rec.Seq != v.n+1 {
-		return v.errorf("seq is %d, want %d (a record was removed, inserted, duplicated or reordered)", rec.Seq, v.n+1)
+		return v.errorf(ReasonSeq, "seq is %d, want %d (a record was removed, inserted, duplicated or reordered)", rec.Seq, v.n+1)
 	}
 	if rec.Prev != v.prev {
 		if v.n == 0 {
-			return v.errorf("the first record has a non-empty prev (records before it were removed)")
+			return v.errorf(ReasonSeq, "the first record has a non-empty prev (records before it were removed)")
 		}
 		what := "line"
 		if !v.lineKnown || v.line == 0 {
@@ -130,17 +132,17 @@ func (v *verifier) full(line []byte) error {
 		if what == "record" {
 			ref = int(v.n)
 		}
-		return v.errorf("prev does not match the hash of %s %d (that record was edited, or records were removed or inserted here)", what, ref)
+		return v.errorf(ReasonChain, "prev does not match the hash of %s %d (that record was edited, or records were removed or inserted here)", what, ref)
 	}
 	if v.checkpoints && v.afterStop != 0 && !(isCP && rec.Checkpoint != nil && rec.Checkpoint.Reason == ReasonOpen) {
-		return v.errorf("a record of kind %q follows the stop checkpoint at seq %d; the daemon writes nothing there but the checkpoint of its next start, so it was added by someone else", clean(rec.Kind, 20), v.afterStop)
+		return v.errorf(ReasonAfterStop, "a record of kind %q follows the stop checkpoint at seq %d; the daemon writes nothing there but the checkpoint of its next start, so it was added by someone else", clean(rec.Kind, 20), v.afterStop)
 	}
 	if isCP {
 		if err := v.checkpoint(line, &rec); err != nil {
 			return err
 		}
 	} else if rec.Checkpoint != nil && v.checkpoints {
-		return v.errorf("a record of kind %q carries a checkpoint", clean(rec.Kind, 20))
+		return v.errorf(ReasonCheckpoint, "a record of kind %q carries a checkpoint", clean(rec.Kind, 20))
 	}
 	v.accept(line)
 	if isCP {
@@ -164,31 +166,31 @@ func (v *verifier) full(line []byte) error {
 func (v *verifier) checkpoint(line []byte, rec *Record) error {
 	cp := rec.Checkpoint
 	if cp == nil {
-		return v.errorf("checkpoint record without a checkpoint")
+		return v.errorf(ReasonCheckpoint, "checkpoint record without a checkpoint")
 	}
 	if err := v.verifyCheckpoint(cp); err != nil {
-		return v.errorf("%v", err)
+		return v.errorf(signatureReason(cp, v.key, v.previous), "%v", err)
 	}
 	if v.key == nil {
 		v.key, _ = ParseKey(cp.Key)
 	}
 	if cp.Seq+1 != rec.Seq || cp.Hash != rec.Prev {
-		return v.errorf("the checkpoint covers seq %d, not the record before it", cp.Seq)
+		return v.errorf(ReasonCheckpoint, "the checkpoint covers seq %d, not the record before it", cp.Seq)
 	}
 	if cp.Time != rec.Time {
-		return v.errorf("the checkpoint record's time differs from the checkpoint's")
+		return v.errorf(ReasonCheckpoint, "the checkpoint record's time differs from the checkpoint's")
 	}
 	if v.logID == "" {
 		v.logID = cp.Log
 	} else if cp.Log != v.logID {
-		return v.errorf("checkpoint of log %s in log %s (records of another log were spliced in)", cp.Log, v.logID)
+		return v.errorf(ReasonForeignLog, "checkpoint of log %s in log %s (records of another log were spliced in)", cp.Log, v.logID)
 	}
 	if cp.Seq == 0 && cp.Reason != ReasonCreate || cp.Seq > 0 && cp.Reason == ReasonCreate {
-		return v.errorf("a checkpoint of reason %q at seq %d", cp.Reason, cp.Seq)
+		return v.errorf(ReasonCheckpoint, "a checkpoint of reason %q at seq %d", cp.Reason, cp.Seq)
 	}
 	want := checkpointLine(rec.Seq, cp)
 	if !bytes.Equal(want, line) {
-		return v.errorf("the checkpoint record is not written as the log writes it (it was edited)")
+		return v.errorf(ReasonCheckpoint, "the checkpoint record is not written as the log writes it (it was edited)")
 	}
 	v.lastCP = cp
 	v.cpCount++
@@ -235,16 +237,36 @@ func verifyStream(v *verifier, r io.Reader) (nulTail int64, err error) {
 // since, and then the line is read again from there.
 func verifyLines(v *verifier, r io.Reader, off int64, settle func(off int64, raw []byte) io.Reader) (nulTail int64, err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
+	// Every line but the last is checked through the chain alone (its
+	// seq and prev; the next line's prev covers the rest of its bytes), as
+	// Open does: decoding every record made the scrub of a long log cost
+	// a core. The last line of the stream, a checkpoint, and anything
+	// unusual get the full check (verifier.chained).
+	var held []byte
+	haveHeld := false
+	last := func() error {
+		if !haveHeld {
+			return nil
+		}
+		haveHeld = false
+		return v.full(held)
+	}
 	for {
 		line, complete, err := readLine(br)
 		if err == io.EOF {
-			return 0, nil
+			return 0, last()
 		}
 		if err != nil {
-			return 0, v.errorf("%v", err)
+			if errors.Is(err, errStopped) {
+				return 0, err
+			}
+			if lerr := last(); lerr != nil {
+				return 0, lerr
+			}
+			return 0, v.errorf(ReasonMalformed, "%v", err)
 		}
 		if !complete && allZero(line) {
-			return int64(len(line)), nil
+			return int64(len(line)), last()
 		}
 		if settle != nil && (!complete || bytes.IndexByte(line, 0) >= 0) {
 			raw := line
@@ -257,11 +279,17 @@ func verifyLines(v *verifier, r io.Reader, off int64, settle func(off int64, raw
 			}
 		}
 		if !complete {
-			return 0, v.errorf("incomplete last line (a crash during a write; opening the log cuts it)")
+			if err := last(); err != nil {
+				return 0, err
+			}
+			return 0, v.errorf(ReasonTorn, "incomplete last line (a crash during a write; opening the log cuts it)")
 		}
-		if err := v.full(line); err != nil {
-			return 0, err
+		if haveHeld {
+			if err := v.chained(held); err != nil {
+				return 0, err
+			}
 		}
+		held, haveHeld = append(held[:0], line...), true
 		off += int64(len(line)) + 1
 	}
 }
@@ -286,7 +314,7 @@ var settleFirst = time.Millisecond
 // is then read whole), damage stays as it is and is reported, a little
 // later.
 // (TestVerifyWhileWriting.)
-func verifyFile(v *verifier, f *os.File) (nulTail int64, err error) {
+func verifyFile(v *verifier, f *os.File, tr *throttle) (nulTail, read int64, err error) {
 	tries := 0
 	settle := func(off int64, raw []byte) io.Reader {
 		// One byte past the line too: an incomplete last line has
@@ -298,12 +326,13 @@ func verifyFile(v *verifier, f *os.File) (nulTail int64, err error) {
 			time.Sleep(wait)
 			n, _ := f.ReadAt(now, off)
 			if n < len(raw) || !bytes.Equal(now[:len(raw)], raw) || last && n > len(raw) {
-				return io.NewSectionReader(f, off, math.MaxInt64-off)
+				return countingReader{tr.wrap(io.NewSectionReader(f, off, math.MaxInt64-off)), &read}
 			}
 		}
 		return nil
 	}
-	return verifyLines(v, f, 0, settle)
+	nulTail, err = verifyLines(v, countingReader{tr.wrap(f), &read}, 0, settle)
+	return nulTail, read, err
 }
 
 // VerifyOptions say what Verify checks a log against.
@@ -357,14 +386,19 @@ type Report struct {
 	// NULTail is the number of NUL bytes after the last record (space
 	// preallocated, or a crash before data reached the disk), ignored.
 	NULTail int64
+	// Acknowledged are the records of kind "acknowledged" that named damage
+	// Verify found: verification went on after each.
+	Acknowledged []Record
+	// BytesRead counts the bytes read from the log's files.
+	BytesRead int64
 }
 
 // Verify checks the log whose active segment is at path: every segment in
 // order (or the one file with VerifyOptions.Segment), the chain across
 // them, every checkpoint's signature and place, and the log against the
 // checkpoints kept elsewhere. It returns a report, or an *Error naming the
-// file and line of the first problem, or an error wrapping ErrCheckpoint
-// for an outside checkpoint that the log contradicts.
+// file and line of the first problem and its Reason (an outside checkpoint
+// that the log contradicts is one too, and errors.Is(err, ErrCheckpoint)).
 //
 // What it detects besides the chain's breaks: an edited record before any
 // checkpoint (the checkpoint's hash no longer matches); records appended
@@ -372,38 +406,91 @@ type Report struct {
 // were made with another key. Given an outside checkpoint made after the
 // fact, also a cut tail, a rollback to an older copy, a chain recomputed
 // after an edit, and a rewrite.
+//
+// Damage an admin acknowledged (parley-keyd audit acknowledge: a segment
+// that begins with a checkpoint and a record of kind "acknowledged" naming
+// it) is not an error: Report.Acknowledged lists it, and verification goes
+// on from that segment.
 func Verify(path string, o VerifyOptions) (*Report, error) {
+	return verifyLog(context.Background(), path, o, 0)
+}
+
+// verifyLog is Verify, reading at most rate bytes a second (0: as fast as
+// it can) until ctx ends.
+func verifyLog(ctx context.Context, path string, o VerifyOptions, rate int64) (*Report, error) {
 	var files []string
+	var fds []*os.File
+	defer func() {
+		for _, f := range fds {
+			f.Close()
+		}
+	}()
 	if o.Segment {
 		files = []string{path}
 	} else {
-		segs, err := Segments(path)
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range segs {
-			files = append(files, s.Path)
-		}
-		if len(segs) == 0 {
-			// Nothing to verify is not a verification that failed: the
-			// caller named a log that is not there (exit 1, not 3).
-			return nil, fmt.Errorf("audit log %s: no such log: %w", path, fs.ErrNotExist)
-		}
-		if !segs[len(segs)-1].Active {
-			return nil, &Error{File: path, Reason: "the active segment is missing, but closed segments exist (it was deleted or moved)"}
+		// Every segment is opened before any is read, and the list is
+		// taken again after: a segment that a running daemon closed
+		// meanwhile (the active file renamed, a new one at its path) or
+		// that retention removed would otherwise break the chain where
+		// nothing broke. An open file stays readable whatever its name.
+		for try := 0; ; try++ {
+			segs, err := Segments(path)
+			if err != nil {
+				return nil, err
+			}
+			if len(segs) == 0 {
+				// Nothing to verify is not a verification that failed: the
+				// caller named a log that is not there (exit 1, not 3).
+				return nil, fmt.Errorf("audit log %s: no such log: %w", path, fs.ErrNotExist)
+			}
+			if !segs[len(segs)-1].Active {
+				return nil, &Error{File: path, Reason: ReasonSegmentLink, Detail: "the active segment is missing, but closed segments exist (it was deleted or moved)"}
+			}
+			files, fds = files[:0], fds[:0]
+			var oerr error
+			for _, s := range segs {
+				f, err := os.Open(s.Path)
+				if err != nil {
+					oerr = err
+					break
+				}
+				files, fds = append(files, s.Path), append(fds, f)
+			}
+			again, err := Segments(path)
+			if err == nil && oerr == nil && sameSegments(segs, again) {
+				if n := len(fds); n >= 2 && sameFile(fds[n-2], fds[n-1]) {
+					// A rotation between its two steps: the active file
+					// has its closed name already, and still its own
+					// (finishRotation). It is read once, as the active one.
+					fds[n-2].Close()
+					files = append(files[:n-2], files[n-1])
+					fds = append(fds[:n-2], fds[n-1])
+				}
+				break
+			}
+			for _, f := range fds {
+				f.Close()
+			}
+			fds = nil
+			if try == 4 {
+				if oerr == nil {
+					oerr = errors.New("its segments kept changing while they were opened")
+				}
+				return nil, &Error{File: filepath.Base(path), Reason: ReasonUnreadable, Detail: oerr.Error()}
+			}
 		}
 	}
 	rep := &Report{Files: files}
 	want := map[uint64][]*Checkpoint{}
 	for _, cp := range o.Checkpoints {
 		if err := verifyAnyKey(cp, o.Key, o.Previous); err != nil {
-			return nil, fmt.Errorf("checkpoint of seq %d kept elsewhere: %w", cp.Seq, err)
+			return nil, &Error{Seq: cp.Seq, Reason: witnessSigReason(cp, o.Key, o.Previous), Detail: fmt.Sprintf("the checkpoint of record %d kept elsewhere does not verify: %v", cp.Seq, err)}
 		}
 		want[cp.Seq] = append(want[cp.Seq], cp)
 	}
 	if o.After != nil {
 		if err := verifyAnyKey(o.After, o.Key, o.Previous); err != nil {
-			return nil, fmt.Errorf("checkpoint given with --after: %w", err)
+			return nil, &Error{Seq: o.After.Seq, Reason: witnessSigReason(o.After, o.Key, o.Previous), Detail: fmt.Sprintf("the checkpoint given with --after does not verify: %v", err)}
 		}
 	}
 	v := verifier{checkpoints: true, key: o.Key, keyPinned: o.Key != nil, anyStart: true}
@@ -415,47 +502,81 @@ func Verify(path string, o VerifyOptions) (*Report, error) {
 		if rep.Records == 0 {
 			rep.First = seq
 			if o.After != nil && (o.After.Seq+1 != seq || o.After.Hash != v.prevBefore(line)) {
-				mismatch = fmt.Errorf("%w: the first record (seq %d) does not follow the checkpoint given with --after (seq %d)", ErrCheckpoint, seq, o.After.Seq)
+				mismatch = &Error{File: v.file, Line: v.line + 1, Seq: seq, Reason: ReasonWitness, Detail: fmt.Sprintf("the first record (seq %d) does not follow the checkpoint given with --after (seq %d)", seq, o.After.Seq)}
 			}
 		}
 		rep.Records++
 		for _, cp := range want[seq] {
 			if cp.Hash != hash && mismatch == nil {
-				mismatch = fmt.Errorf("%w: record %d differs from the checkpoint of %s kept elsewhere (the log was rewritten from there on, or its chain recomputed after an edit)", ErrCheckpoint, seq, cp.Time)
+				mismatch = &Error{File: v.file, Line: v.line + 1, Seq: seq, Reason: ReasonRewritten, Detail: fmt.Sprintf("record %d differs from the checkpoint of %s kept elsewhere (the log was rewritten from there on, or its chain recomputed after an edit)", seq, cp.Time)}
 			}
 			if cp.Log != v.logID && v.logID != "" && mismatch == nil {
-				mismatch = fmt.Errorf("%w: the checkpoint kept elsewhere is of log %s, this log is %s", ErrCheckpoint, cp.Log, v.logID)
+				mismatch = &Error{File: v.file, Seq: seq, Reason: ReasonForeignLog, Detail: fmt.Sprintf("the checkpoint kept elsewhere is of log %s, this log is %s", cp.Log, v.logID)}
 			}
 			rep.Matched = append(rep.Matched, cp)
 		}
 	}
-	for i, name := range files {
-		f, err := os.Open(name)
-		if err != nil {
-			return nil, fmt.Errorf("audit log: %w", err)
+	var acks []ackAt
+	if !o.Segment {
+		acks = findAcks(files)
+	}
+	var tr *throttle
+	if rate > 0 {
+		tr = &throttle{ctx: ctx, rate: rate, start: time.Now()}
+	}
+	for i := 0; i < len(files); i++ {
+		name := files[i]
+		var f *os.File
+		if fds != nil {
+			f = fds[i]
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				return nil, &Error{File: filepath.Base(name), Reason: ReasonUnreadable, Detail: err.Error()}
+			}
+		} else {
+			var err error
+			if f, err = os.Open(name); err != nil {
+				return nil, fmt.Errorf("audit log: %w", err)
+			}
+			defer f.Close()
 		}
 		v.newFile(filepath.Base(name), true)
-		nul, err := verifyFile(&v, f)
-		f.Close()
-		if err != nil {
-			return nil, err
+		nul, read, err := verifyFile(&v, f, tr)
+		rep.BytesRead += read
+		if err == nil && mismatch != nil {
+			err = mismatch
 		}
-		if mismatch != nil {
-			return nil, mismatch
+		if err == nil && nul > 0 && i < len(files)-1 {
+			err = &Error{File: filepath.Base(name), Reason: ReasonSegmentLink, Detail: fmt.Sprintf("a closed segment ends with %d NUL bytes", nul)}
 		}
-		if nul > 0 && i < len(files)-1 {
-			return nil, &Error{File: filepath.Base(name), Reason: fmt.Sprintf("a closed segment ends with %d NUL bytes", nul)}
+		if err == nil && v.line == 0 {
+			err = &Error{File: filepath.Base(name), Reason: ReasonEmpty, Detail: "empty: every segment the daemon writes begins with a checkpoint record (the file was emptied or truncated)"}
 		}
-		rep.NULTail = nul
-		if v.line == 0 {
-			return nil, &Error{File: filepath.Base(name), Reason: "empty: every segment the daemon writes begins with a checkpoint record (the file was emptied or truncated)"}
-		}
-		if i == 0 && !o.Segment && v.startReason != "" && v.startReason != ReasonRotate {
+		if err == nil && i == 0 && !o.Segment && v.startReason != "" && v.startReason != ReasonRotate {
 			// Retention removes whole segments, and the oldest left
 			// begins with the checkpoint of a rotation. Any other start
 			// means records went missing with no segment to show.
-			return nil, &Error{File: filepath.Base(name), Line: 1, Reason: fmt.Sprintf("the log's first file begins at record %d with a %s checkpoint: the records before it are in no file of the log (the file that held them was truncated or lost under the daemon; a recovered record after this one says what happened)", rep.First, v.startReason)}
+			err = &Error{File: filepath.Base(name), Line: 1, Reason: ReasonSegmentLink, Detail: fmt.Sprintf("the log's first file begins at record %d with a %s checkpoint: the records before it are in no file of the log (the file that held them was truncated or lost under the daemon; a recovered record after this one says what happened)", rep.First, v.startReason)}
 		}
+		if err != nil {
+			var ae *Error
+			if !errors.As(err, &ae) {
+				return nil, err
+			}
+			// Damage an admin acknowledged: go on from the segment that
+			// begins with the acknowledgement, as from a segment read on
+			// its own (its first record is a signed checkpoint).
+			k := matchAck(acks, i, ae)
+			if k < 0 {
+				return nil, err
+			}
+			rep.Acknowledged = append(rep.Acknowledged, acks[k].rec)
+			logID, cps := v.logID, v.cpCount
+			v = verifier{checkpoints: true, key: v.key, keyPinned: v.keyPinned, anyStart: true, previous: v.previous, keyAt: v.keyAt, logID: logID, cpCount: cps, seen: v.seen}
+			mismatch = nil
+			i = acks[k].file - 1
+			continue
+		}
+		rep.NULTail = nul
 	}
 	rep.Head = v.head()
 	rep.Checkpoints, rep.LastCheckpoint, rep.Unsigned = v.cpCount, v.lastCP, v.sinceCP
@@ -465,14 +586,18 @@ func Verify(path string, o VerifyOptions) (*Report, error) {
 		rep.Key = FormatKey(v.key)
 	}
 	if v.lastCP == nil {
-		return rep, &Error{File: filepath.Base(path), Reason: "no checkpoint in the log: nothing signed vouches for it (a log written before checkpoints, or rewritten without them)"}
+		return rep, &Error{File: filepath.Base(path), Reason: ReasonNoCheckpoint, Detail: "no checkpoint in the log: nothing signed vouches for it (a log written before checkpoints, or rewritten without them)"}
 	}
 	for _, cp := range o.Checkpoints {
 		switch {
 		case cp.Log != v.logID:
-			return rep, fmt.Errorf("%w: the checkpoint of seq %d kept elsewhere is of log %s, this log is %s", ErrCheckpoint, cp.Seq, cp.Log, v.logID)
+			return rep, &Error{Seq: cp.Seq, Reason: ReasonForeignLog, Detail: fmt.Sprintf("the checkpoint of record %d kept elsewhere is of log %s, this log is %s", cp.Seq, cp.Log, v.logID)}
 		case cp.Seq > rep.Head.Seq:
-			return rep, fmt.Errorf("%w: a checkpoint kept elsewhere (%s) covers record %d, but the log ends at record %d: the log was cut or rolled back", ErrCheckpoint, cp.Time, cp.Seq, rep.Head.Seq)
+			reason, what := ReasonTruncated, "the log was cut"
+			if rep.Stopped {
+				reason, what = ReasonRollback, "the log was rolled back to an older copy"
+			}
+			return rep, &Error{Seq: cp.Seq, Reason: reason, Detail: fmt.Sprintf("a checkpoint kept elsewhere (%s) covers record %d, but the log ends at record %d: %s", cp.Time, cp.Seq, rep.Head.Seq, what)}
 		case cp.Seq == 0 && rep.First == 1:
 			rep.Matched = append(rep.Matched, cp) // the empty log it covers begins this one
 		case cp.Seq < rep.First:
@@ -480,6 +605,36 @@ func Verify(path string, o VerifyOptions) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+func sameFile(a, b *os.File) bool {
+	x, err1 := a.Stat()
+	y, err2 := b.Stat()
+	return err1 == nil && err2 == nil && os.SameFile(x, y)
+}
+
+// signatureReason says why cp did not verify under key (or, with previous
+// keys, under any of them): it names another key, or its signature fails.
+func signatureReason(cp *Checkpoint, key ed25519.PublicKey, previous []ed25519.PublicKey) Reason {
+	named, err := ParseKey(cp.Key)
+	if err != nil || key == nil || key.Equal(named) {
+		return ReasonCheckpointSignature
+	}
+	for _, p := range previous {
+		if p.Equal(named) {
+			return ReasonCheckpointSignature
+		}
+	}
+	return ReasonForeignKey
+}
+
+// witnessSigReason is signatureReason for a checkpoint kept elsewhere: one
+// under another key is a foreign key, any other failure the witness's.
+func witnessSigReason(cp *Checkpoint, key ed25519.PublicKey, previous []ed25519.PublicKey) Reason {
+	if r := signatureReason(cp, key, previous); r == ReasonForeignKey {
+		return r
+	}
+	return ReasonWitness
 }
 
 // prevBefore returns the prev of line (the hash of the record before it).

@@ -304,24 +304,40 @@ func (l *Log) checkWitnesses(st *openState) error {
 		if cp == nil {
 			continue
 		}
-		refuse := func(format string, args ...any) error {
-			return fmt.Errorf("audit log %s contradicts witness %s: %s (keep both for investigation; run parley-keyd audit verify --checkpoint)", l.path, wt, fmt.Sprintf(format, args...))
+		head := fmt.Sprintf("the log's head is record %d, hash %s", l.seq, l.head)
+		held := fmt.Sprintf("the witness holds a checkpoint of record %d, hash %s, made %s", cp.Seq, cp.Hash, cp.Time)
+		refuse := func(reason Reason, seq uint64, what string) error {
+			return &Error{File: l.path, Seq: seq, Reason: reason, Detail: fmt.Sprintf("contradicts witness %s: %s; %s; %s (keep both for investigation; run parley-keyd audit verify --checkpoint)", wt, what, held, head)}
 		}
 		if err := verifyAnyKey(cp, l.pub, l.o.Previous); err != nil {
-			return refuse("its latest checkpoint does not verify: %v", err)
+			return refuse(witnessSigReason(cp, l.pub, l.o.Previous), cp.Seq, fmt.Sprintf("its latest checkpoint does not verify under the daemon's key: %v", err))
+		}
+		// The hash of the record the witness's checkpoint covers, as the
+		// log has it: among the records read at start, the one the log's
+		// last checkpoint covers (verified against it), or else found in
+		// the log by its seq.
+		hash, known := st.hashes[cp.Seq], cp.Seq >= st.tailFrom && st.hashes[cp.Seq] != ""
+		if !known && st.lastCP != nil && cp.Seq == st.lastCP.Seq {
+			hash, known = st.lastCP.Hash, true
+		}
+		if !known && cp.Seq > 0 && cp.Seq <= l.seq {
+			h, err := HashAt(l.path, cp.Seq)
+			if err != nil {
+				return refuse(ReasonRewritten, cp.Seq, fmt.Sprintf("record %d, which its latest checkpoint covers, cannot be found in the log: %v", cp.Seq, err))
+			}
+			hash, known = h.Hash, true
 		}
 		switch {
 		case cp.Log != l.logID:
-			return refuse("it holds a checkpoint of log %s made %s, but this log is %s (the log was replaced; if you started a new log on purpose, move the witness's copy aside)", cp.Log, cp.Time, l.logID)
+			return refuse(ReasonForeignLog, cp.Seq, fmt.Sprintf("it holds a checkpoint of log %s, but this log is %s (the log was replaced; if you started a new log on purpose, move the witness's copy aside)", cp.Log, l.logID))
 		case cp.Seq > l.seq:
-			return refuse("it holds a checkpoint of record %d made %s, but the log ends at record %d: the log was cut or rolled back", cp.Seq, cp.Time, l.seq)
-		case cp.Seq >= st.tailFrom && st.hashes[cp.Seq] != "":
-			if st.hashes[cp.Seq] != cp.Hash {
-				return refuse("record %d differs from its checkpoint made %s: the log was rewritten", cp.Seq, cp.Time)
+			reason, what := ReasonTruncated, "the log ends before it: its tail was cut"
+			if st.stopped {
+				reason, what = ReasonRollback, "the log ends before it, with a stop checkpoint: it was rolled back to an older copy"
 			}
-		default:
-			l.o.Journal.Send(journal.Entry{Priority: journal.Info,
-				Message: fmt.Sprintf("audit log: witness %s holds a checkpoint of record %d, before the part of the log read at start; audit verify --checkpoint checks it", wt, cp.Seq)})
+			return refuse(reason, cp.Seq, what)
+		case known && hash != cp.Hash:
+			return refuse(ReasonRewritten, cp.Seq, fmt.Sprintf("record %d has hash %s in the log: the log was rewritten", cp.Seq, hash))
 		}
 	}
 	for _, wt := range l.o.Witnesses {
@@ -331,6 +347,29 @@ func (l *Log) checkWitnesses(st *openState) error {
 		}
 	}
 	return nil
+}
+
+// withWitnesses adds to an *Error that stops Open what each witness that
+// reads back holds, so that the refusal of a log rewritten under another
+// key names the checkpoint it contradicts.
+func (l *Log) withWitnesses(err error) error {
+	var ae *Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	for _, wt := range l.o.Witnesses {
+		r, ok := wt.(WitnessReader)
+		if !ok {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.o.WitnessTimeout)
+		cp, rerr := r.Latest(ctx)
+		cancel()
+		if rerr == nil && cp != nil {
+			ae.Detail += fmt.Sprintf("; witness %s holds a checkpoint of record %d, hash %s, made %s", wt, cp.Seq, cp.Hash, cp.Time)
+		}
+	}
+	return err
 }
 
 func sameFilesystem(path, dir string) bool {

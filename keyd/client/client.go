@@ -670,6 +670,9 @@ type Feed struct {
 	// read strictly but not verified: the receiver checks it against the
 	// principal key (checkpoint.Keeper does).
 	Checkpoint func(*checkpoint.Checkpoint)
+	// AuditDamage receives what the daemon's scrub found in its audit log
+	// (it then issues nothing), and Cleared once an admin acknowledged it.
+	AuditDamage func(protocol.AuditDamage)
 	// Malformed receives an event the client could not read; nil ignores
 	// it.
 	Malformed func(message string, err error)
@@ -698,6 +701,13 @@ func (c *Client) Watch(ctx context.Context, feed Feed) error {
 				bad(f.Message, err)
 			} else if feed.Ended != nil {
 				feed.Ended(e.ID, e.Outcome, e.Reason)
+			}
+		case "audit-damage":
+			var d protocol.AuditDamage
+			if err := decodeData(f.Data, &d); err != nil {
+				bad(f.Message, err)
+			} else if feed.AuditDamage != nil {
+				feed.AuditDamage(d)
 			}
 		case "checkpoint":
 			cp, err := checkpoint.Parse(f.Data)

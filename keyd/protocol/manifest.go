@@ -95,3 +95,18 @@ type PreviousKey struct {
 	Key   string `json:"key"`
 	Until int64  `json:"until"`
 }
+
+// AuditDamage is a WATCH event of message "audit-damage": the daemon's scrub
+// found damage in its audit log, and it issues nothing until an admin
+// acknowledges it; or, with Cleared, an admin did. Reason is one of the
+// stable reasons of audit verify (chain, seq, checkpoint-signature, …).
+type AuditDamage struct {
+	Reason  string `json:"reason,omitempty"`
+	File    string `json:"file,omitempty"`
+	Line    int    `json:"line,omitempty"`
+	Seq     uint64 `json:"seq,omitempty"`
+	Detail  string `json:"detail,omitempty"`
+	Found   string `json:"found,omitempty"`
+	Message string `json:"message,omitempty"`
+	Cleared bool   `json:"cleared,omitempty"`
+}

@@ -50,6 +50,10 @@ type Options struct {
 	// that presses it calls Stop with its name, which locks the daemon
 	// (every request refused until an approver unlocks it).
 	Stop func(device string) error
+	// Alert, when set, returns what the page shows above the requests in
+	// red, or "": the daemon's audit log failed verification and it
+	// issues nothing until an admin acknowledges the damage.
+	Alert func() string
 }
 
 // Phone is the phone page: an HTTPS server on a LAN address where a paired
@@ -75,6 +79,7 @@ type Page struct {
 	tmpl    *template.Template
 	isLocal func(net.IP) bool
 	stop    func(device string) error
+	alert   func() string
 
 	mu     sync.Mutex
 	tokens map[string]pageToken // by hash of the token
@@ -143,6 +148,7 @@ func New(o Options) (*Page, error) {
 		isLocal: localAddress,
 		tokens:  map[string]pageToken{},
 		stop:    o.Stop,
+		alert:   o.Alert,
 	}
 	if p.logf == nil {
 		p.logf = func(string, ...any) {}
@@ -396,6 +402,7 @@ type page struct {
 	Remaining string
 	Requests  []protocol.PendingView
 	StopToken string // the Stop button's one-time token; "" shows no button
+	Alert     string // shown above the requests (Options.Alert)
 }
 
 func (p *Page) render(w http.ResponseWriter, status int, name string, pg page) {
@@ -464,8 +471,12 @@ func (p *Page) index(w http.ResponseWriter, r *http.Request) {
 		p.notPaired(w)
 		return
 	}
+	alert := ""
+	if p.alert != nil {
+		alert = p.alert()
+	}
 	p.render(w, http.StatusOK, "index", page{Heading: "Waiting requests", Device: dev.Name, Requests: p.phoneRequests(),
-		StopToken: p.stopToken(dev.ID)})
+		StopToken: p.stopToken(dev.ID), Alert: alert})
 }
 
 // pairPage shows what opening a pairing link does, with a button that
