@@ -61,15 +61,11 @@ that was moved away, after the checkpoint its first record follows.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := logPath(args)
-			key, err := auditKey(keyArg, path, *state)
-			if err != nil {
-				return err
-			}
-			o := audit.VerifyOptions{Key: key, Segment: segment || afterFile != ""}
-			if keyArg == "" {
-				// The keys a rotation left behind signed the checkpoints
-				// before the current key's (docs/key-rotation.md).
-				if o.Previous, err = rotatedKeys(filepath.Dir(path), *state); err != nil {
+			o := audit.VerifyOptions{Segment: segment || afterFile != ""}
+			var err error
+			if keyArg != "" {
+				// The admin's file, read before dropping to the log's owner.
+				if o.Key, err = auditKey(keyArg, path, *state); err != nil {
 					return err
 				}
 			}
@@ -90,6 +86,23 @@ that was moved away, after the checkpoint its first record follows.`,
 					return &exitError{code: exitAudit, err: fmt.Errorf("--after %s: %w", afterFile, err)}
 				}
 				o.After = cp
+			}
+			dirs := []string{filepath.Dir(path)}
+			if keyArg == "" {
+				dirs = append(dirs, *state)
+			}
+			if err := actAsOwnerOf(dirs...); err != nil {
+				return err
+			}
+			if keyArg == "" {
+				if o.Key, err = auditKey("", path, *state); err != nil {
+					return err
+				}
+				// The keys a rotation left behind signed the checkpoints
+				// before the current key's (docs/key-rotation.md).
+				if o.Previous, err = rotatedKeys(filepath.Dir(path), *state); err != nil {
+					return err
+				}
 			}
 			rep, err := audit.Verify(path, o)
 			if jsonOut {
@@ -343,6 +356,9 @@ the daemon writes them, across new segments, until interrupted.`,
 			}
 			if o.Until, err = parseWhen(until, now); err != nil {
 				return usageError{fmt.Errorf("--until: %w", err)}
+			}
+			if err := actAsOwnerOf(filepath.Dir(logPath(args))); err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -16,6 +16,9 @@ func newDevicesCmd() *cobra.Command {
 	var state string
 	var asJSON bool
 	list := func(cmd *cobra.Command, args []string) error {
+		if err := actAsOwnerOf(state); err != nil {
+			return err
+		}
 		devs, pairings, err := phone.OpenDevices(state).List(time.Now())
 		if err != nil {
 			return err
@@ -77,6 +80,9 @@ the daemon need not restart. Pair a phone with: parley-keyd pair.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeDevice(&state, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := actAsOwnerOf(state); err != nil {
+				return err
+			}
 			d, err := phone.OpenDevices(state).Revoke(args[0], time.Now())
 			if errors.Is(err, phone.ErrNoDevice) {
 				return withHint(err, "list them with: parley-keyd devices --state "+state)
@@ -94,6 +100,9 @@ the daemon need not restart. Pair a phone with: parley-keyd pair.`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: completeDevice(&state, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := actAsOwnerOf(state); err != nil {
+				return err
+			}
 			return confirmDevice(cmd, state, args[0], args[1])
 		},
 	}
@@ -124,7 +133,7 @@ func confirmDevice(cmd *cobra.Command, state, nameOrID, code string) error {
 // read, which is the case for every user but the daemon's.
 func completeDevice(state *string, waiting bool) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-		if len(args) > 0 {
+		if len(args) > 0 || actAsOwnerOf(*state) != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		devs, _, err := phone.OpenDevices(*state).List(time.Now())

@@ -392,7 +392,8 @@ func configWriteError(err error, o initOptions) error {
 
 // becomeDaemonUser makes sure the state folder exists and belongs to u, then
 // drops this process from root to u for good, so that every file init
-// creates from here on is u's. Go applies setuid to every thread.
+// creates from here on is u's, and nothing u planted in the folder is
+// touched with root's rights (stateowner.go).
 func becomeDaemonUser(u *user.User, state string) error {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
@@ -407,19 +408,10 @@ func becomeDaemonUser(u *user.User, state string) error {
 			return err
 		}
 	}
-	if err := syscall.Setgroups(nil); err != nil {
-		return fmt.Errorf("dropping to user %s: %w", u.Username, err)
+	if err := dropTo(u); err != nil {
+		return err
 	}
-	if err := syscall.Setgid(gid); err != nil {
-		return fmt.Errorf("dropping to user %s: %w", u.Username, err)
-	}
-	if err := syscall.Setuid(uid); err != nil {
-		return fmt.Errorf("dropping to user %s: %w", u.Username, err)
-	}
-	if os.Geteuid() != uid {
-		return fmt.Errorf("dropping to user %s did not take", u.Username)
-	}
-	return nil
+	return checkStateFolder(state)
 }
 
 func infof(format string, args ...any) {
@@ -464,6 +456,9 @@ it also prints the keys rotated out whose overlap has not ended, each as
 "KEY until TIME": everything a service should trust now.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := actAsOwnerOf(state); err != nil {
+				return err
+			}
 			pub, err := keystore.PublicKey(state)
 			if err != nil {
 				return withHint(err, "create the key with: parley-keyd init --state "+state)

@@ -52,6 +52,9 @@ Run it as the daemon's user or as root.`,
 			if err != nil {
 				return err
 			}
+			if err := actAsOwnerOf(state); err != nil {
+				return err
+			}
 			now := time.Now()
 			_, info, err := phone.EnsureCert(state, hosts, now)
 			if err != nil {

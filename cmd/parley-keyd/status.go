@@ -126,10 +126,29 @@ func (d *doctor) run() {
 		{"socket", d.checkSocket}, // before audit: whether a daemon runs matters there
 		{"audit", d.checkAudit}, {"lock", d.checkLock}, {"units", d.checkUnits},
 	}
+	entered := false
 	for _, c := range checks {
+		if c.name == "state" {
+			// The configuration is read as root; the state folder as its
+			// owner, never following what that user planted there
+			// (stateowner.go).
+			if err := actAsOwnerOf(d.o.state); err != nil {
+				var ee *exitError
+				hint := ""
+				if errors.As(err, &ee) {
+					hint = ee.hint
+				}
+				d.fail("state", hint, "%v", err)
+				break
+			}
+			entered = true
+		}
 		if !slices.Contains(d.o.skip, c.name) {
 			c.run()
 		}
+	}
+	if !entered && !slices.Contains(d.o.skip, "units") {
+		d.checkUnits()
 	}
 }
 
