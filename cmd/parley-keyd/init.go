@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/user"
@@ -429,10 +430,25 @@ func firstOf(list []string) string {
 	return list[0]
 }
 
+// readPassphraseFile reads a passphrase from path, which, like a key
+// service's credential, must be a regular file others cannot read.
 func readPassphraseFile(path string) ([]byte, error) {
 	// A passphrase others could change would encrypt a new key, or
-	// unlock this one, with what they chose.
-	b, err := filetrust.ReadFile(path, uint32(os.Geteuid()), 64<<10)
+	// unlock this one, with what they chose; one others could read
+	// would give the key away.
+	f, err := filetrust.Open(path, uint32(os.Geteuid()))
+	if err != nil {
+		return nil, fmt.Errorf("passphrase file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("passphrase file: %w", err)
+	}
+	if err := signer.CheckSecretFile("passphrase file", path, fi); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err != nil {
 		return nil, fmt.Errorf("passphrase file: %w", err)
 	}

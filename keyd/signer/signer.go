@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -262,13 +263,10 @@ func ReadCredential(name string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credential: %w", err)
 	}
+	if err := CheckSecretFile("credential", path, fi); err != nil {
+		return nil, err
+	}
 	switch {
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("credential %s is not a regular file", path)
-	case fi.Mode().Perm()&0o007 != 0:
-		// Credential theft: a token or PIN that every user can read
-		// lets any local user sign as the principal.
-		return nil, fmt.Errorf("credential %s has mode %04o: others may read it (fix: chmod o-rwx %s)", path, fi.Mode().Perm(), path)
 	case fi.Size() > maxCredential:
 		return nil, fmt.Errorf("credential %s is %d bytes, too large for a token, id or PIN", path, fi.Size())
 	}
@@ -287,6 +285,21 @@ func ReadCredential(name string) ([]byte, error) {
 		return nil, fmt.Errorf("credential %s is empty", path)
 	}
 	return b, nil
+}
+
+// CheckSecretFile refuses a file holding a secret (what names it: a
+// "credential", a "passphrase file") that is not a regular file, or that
+// others (the "other" permission bits) may read or write: a token, PIN or
+// passphrase every user can read lets any local user sign as the principal.
+// fi is the Stat of the open file.
+func CheckSecretFile(what, path string, fi fs.FileInfo) error {
+	switch {
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s %s is not a regular file", what, path)
+	case fi.Mode().Perm()&0o007 != 0:
+		return fmt.Errorf("%s %s has mode %04o: others may read it (fix: chmod o-rwx %s)", what, path, fi.Mode().Perm(), path)
+	}
+	return nil
 }
 
 // UnavailableError is a backend's refusal to sign now: the key service did
