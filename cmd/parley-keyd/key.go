@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -58,6 +61,14 @@ folder as principal.key it is a working key whose passphrase is the
 backup's. Keep it, and its passphrase, away from this machine.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			unlock := keyPassphrase("")
+			if passFile != "" {
+				// Read as root, before the drop, as the backup's is; its
+				// error matters only for a key encrypted at rest.
+				atRest, err := readPassphraseFile(passFile)
+				defer clear(atRest)
+				unlock = func() ([]byte, error) { return bytes.Clone(atRest), err }
+			}
 			w := io.Writer(os.Stdout)
 			if out != "" && out != "-" {
 				// Opened before dropping to the daemon's user: the
@@ -80,7 +91,7 @@ backup's. Keep it, and its passphrase, away from this machine.`,
 			if err := actAsStateOwner(*state, *user); err != nil {
 				return err
 			}
-			b, err := keystore.Backup(*state, keyPassphrase(passFile), backupPass)
+			b, err := keystore.Backup(*state, unlock, backupPass)
 			if err != nil {
 				if out != "" && out != "-" {
 					os.Remove(out)
@@ -109,6 +120,7 @@ backup's. Keep it, and its passphrase, away from this machine.`,
 
 func newKeyRestoreCmd(state, user *string) *cobra.Command {
 	var passFile, backupPassFile string
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "restore FILE",
 		Short: "Put a backed-up principal key into the state folder",
@@ -117,7 +129,13 @@ func newKeyRestoreCmd(state, user *string) *cobra.Command {
 the state folder, encrypted at rest with --passphrase-file when given. It
 never overwrites a key: on a machine that has one, move it away first (or
 restore into a new --state). Services need no change: the key is the one
-they trust.`,
+they trust.
+
+Over a set-up that another principal signed (its principal.pub, or its
+audit log's checkpoints, are another key's), restore refuses and says what
+would break: services trust the other key, and the daemon refuses a log
+whose checkpoints the restored key did not sign. --force restores all the
+same; move the old audit.log* away first.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			backup, err := readBackup(args[0])
@@ -145,7 +163,20 @@ they trust.`,
 					return err
 				}
 			}
-			pub, err := keystore.Restore(*state, backup, backupPass, atRest)
+			pub, err := keystore.Restore(*state, backup, backupPass, atRest, func(pub ed25519.PublicKey) error {
+				breaks := restoreBreaks(*state, pub)
+				if len(breaks) == 0 {
+					return nil
+				}
+				if !force {
+					return withHint(fmt.Errorf("restoring %s into %s would break its set-up: %s", grant.FormatPublicKey(pub), *state, strings.Join(breaks, "; ")),
+						"restore into a new --state; or, to make this the principal here, keep a copy of the folder, move audit.log* away and give --force")
+				}
+				for _, b := range breaks {
+					warnf("--force: %s", b)
+				}
+				return nil
+			})
 			switch {
 			case errors.Is(err, keystore.ErrKeyExists):
 				return withHint(err, "restore never replaces a key: move "+*state+"/principal.key away first, or restore into another --state")
@@ -161,7 +192,34 @@ they trust.`,
 	}
 	cmd.Flags().StringVar(&passFile, "passphrase-file", "", "encrypt the restored key at rest with the passphrase in this file")
 	cmd.Flags().StringVar(&backupPassFile, "backup-passphrase-file", "", "the backup's passphrase (else asked on the terminal)")
+	cmd.Flags().BoolVar(&force, "force", false, "restore another principal's key over a set-up whose audit log or principal.pub is not its own")
 	return cmd
+}
+
+// restoreBreaks lists what restoring the principal key pub into state would
+// break: a principal.pub holding another key, which services trust, and an
+// audit log that does not verify under pub (and the keys rotated out), which
+// the daemon would then refuse to open and audit verify and status would
+// fail on. Restoring the principal's own backup breaks nothing.
+func restoreBreaks(state string, pub ed25519.PublicKey) []string {
+	var out []string
+	if old, err := keystore.PublicKey(state); err == nil && !old.Equal(pub) {
+		out = append(out, fmt.Sprintf("%s holds %s, the key services trust here: they would refuse the grants the restored key signs",
+			keystore.PublicKeyFileName, grant.FormatPublicKey(old)))
+	}
+	log := filepath.Join(state, "audit.log")
+	if _, err := os.Lstat(log); err != nil {
+		return out
+	}
+	prev, _ := rotatedKeys(state)
+	if _, err := audit.Verify(log, audit.VerifyOptions{Key: pub, Previous: prev}); err != nil {
+		by := "another key"
+		if cp, err := audit.LatestCheckpoint(log); err == nil && cp != nil && cp.Key != grant.FormatPublicKey(pub) {
+			by = cp.Key
+		}
+		out = append(out, fmt.Sprintf("audit.log's checkpoints are signed by %s, so they would no longer verify (audit verify and status fail) and the daemon would refuse to open the log", by))
+	}
+	return out
 }
 
 func newKeyRotateCmd(state, user *string) *cobra.Command {

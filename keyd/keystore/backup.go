@@ -117,8 +117,9 @@ var ErrNotABackup = errors.New("not a parley-keyd key backup (an age-encrypted k
 // Restore writes the principal key held in backup into dir (made 0700 when
 // missing), encrypted at rest with atRest when it is not empty, and returns
 // its public key. Like Init it never overwrites a key: it fails with
-// ErrKeyExists when dir holds one.
-func Restore(dir string, backup, backupPass, atRest []byte) (ed25519.PublicKey, error) {
+// ErrKeyExists when dir holds one. allow, when not nil, is asked about the
+// backup's public key before anything is written; its error is Restore's.
+func Restore(dir string, backup, backupPass, atRest []byte, allow func(ed25519.PublicKey) error) (ed25519.PublicKey, error) {
 	if !isEncrypted(backup) {
 		return nil, ErrNotABackup
 	}
@@ -138,6 +139,11 @@ func Restore(dir string, backup, backupPass, atRest []byte) (ed25519.PublicKey, 
 	pub := append(ed25519.PublicKey(nil), priv.Public().(ed25519.PublicKey)...)
 	if comment != nil && !comment.Equal(pub) {
 		return nil, errors.New("backup: its public key comment does not match the key")
+	}
+	if allow != nil {
+		if err := allow(pub); err != nil {
+			return nil, err
+		}
 	}
 	if err := makeStateDir(dir); err != nil {
 		return nil, err

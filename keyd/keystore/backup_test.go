@@ -51,10 +51,10 @@ func TestBackupRestore(t *testing.T) {
 		// Restore into a new state folder, plain and encrypted at rest.
 		for _, newRest := range []string{"", "new rest"} {
 			dir2 := filepath.Join(t.TempDir(), "restored")
-			if _, err := Restore(dir2, b, []byte("wrong"), nil); !errors.Is(err, ErrWrongPassphrase) {
+			if _, err := Restore(dir2, b, []byte("wrong"), nil, nil); !errors.Is(err, ErrWrongPassphrase) {
 				t.Errorf("restore with a wrong passphrase: %v", err)
 			}
-			got, err := Restore(dir2, b, []byte("backup pass"), []byte(newRest))
+			got, err := Restore(dir2, b, []byte("backup pass"), []byte(newRest), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,7 +73,7 @@ func TestBackupRestore(t *testing.T) {
 				t.Errorf("restored key encrypted = %v, want %v", enc, newRest != "")
 			}
 			// Never over an existing key.
-			if _, err := Restore(dir2, b, []byte("backup pass"), nil); !errors.Is(err, ErrKeyExists) {
+			if _, err := Restore(dir2, b, []byte("backup pass"), nil, nil); !errors.Is(err, ErrKeyExists) {
 				t.Errorf("restore over a key: %v", err)
 			}
 		}
@@ -108,7 +108,7 @@ func TestRestoreRefusesWhatIsNotABackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range [][]byte{plain, nil, []byte("hello")} {
-		if _, err := Restore(filepath.Join(t.TempDir(), "s"), b, []byte("x"), nil); !errors.Is(err, ErrNotABackup) {
+		if _, err := Restore(filepath.Join(t.TempDir(), "s"), b, []byte("x"), nil, nil); !errors.Is(err, ErrNotABackup) {
 			t.Errorf("restore of %q: %v", b, err)
 		}
 	}
