@@ -36,7 +36,8 @@ The page's certificate is self-signed: pair makes it when there is none, and
 prints its SHA-256 fingerprint. Compare it with what the phone's browser
 shows before accepting the certificate there.
 
-Run it as the daemon's user or as root.`,
+Run it as the daemon's user or as root, which acts as the state folder's
+owner (docs/admin.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig(config, state)

@@ -54,7 +54,8 @@ fail, with a hint under what is not ok:
            daemon's own, and a daemon answers with the principal key above
   units    parley-keyd.socket and .service, where systemd runs
 
-Run it as root or as the daemon's user. It exits 0 when no check fails
+Run it as root or as the daemon's user; root reads the configuration as
+root, then checks the state folder as its owner (docs/admin.md). It exits 0 when no check fails
 (warnings allowed) and 1 when one does, so scripts and monitoring can use it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
