@@ -109,8 +109,8 @@ func dropTo(u *user.User) error {
 	return nil
 }
 
-// ErrPlanted is wrapped by checkStateFolder's refusals.
-var ErrPlanted = errors.New("the daemon never makes this in its state folder")
+// errPlanted is wrapped by checkStateFolder's refusals.
+var errPlanted = errors.New("the daemon never makes this in its state folder")
 
 // checkStateFolder refuses a state folder dir that holds a symbolic link,
 // a named pipe or a device, or a hard link to a file of another user than
@@ -122,7 +122,9 @@ var ErrPlanted = errors.New("the daemon never makes this in its state folder")
 // hard links: a closed audit segment shares its file with the active one
 // while the daemon rotates the log.
 func checkStateFolder(dir string) error {
-	fi, err := os.Lstat(dir)
+	// The folder itself is named by the admin, in a folder of root's: it
+	// may be a link root made to a folder elsewhere.
+	fi, err := os.Stat(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -130,7 +132,7 @@ func checkStateFolder(dir string) error {
 		return err
 	}
 	if !fi.IsDir() {
-		return nil // the state folder itself may be a root-made link to a folder; checked by Stat below
+		return nil // the command says what is wrong with it
 	}
 	owner := fi.Sys().(*syscall.Stat_t).Uid
 	f, err := os.Open(dir)
@@ -164,7 +166,7 @@ func checkStateFolder(dir string) error {
 			what = fmt.Sprintf("is a hard link to a file of %s", userName(st.Uid))
 		}
 		if what != "" {
-			return withHint(fmt.Errorf("%s %s: %w, so someone who can write the folder planted it; refusing to touch the folder", path, what, ErrPlanted),
+			return withHint(fmt.Errorf("%s %s: %w, so someone who can write the folder planted it; refusing to touch the folder", path, what, errPlanted),
 				"keep a copy for investigation, remove it (sudo rm "+path+"), and find how it came there")
 		}
 	}
