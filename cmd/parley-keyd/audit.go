@@ -62,39 +62,63 @@ that was moved away, after the checkpoint its first record follows.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := logPath(args)
 			o := audit.VerifyOptions{Segment: segment || afterFile != ""}
-			var err error
-			if keyArg != "" {
-				// The admin's file, read before dropping to the log's owner.
-				if o.Key, err = auditKey(keyArg, path, *state); err != nil {
-					return err
-				}
-			}
-			for _, f := range checkpointFiles {
-				cps, err := audit.ReadCheckpoints(f)
-				if err != nil {
-					return &exitError{code: exitAudit, err: fmt.Errorf("checkpoints: %w", err),
-						hint: "a checkpoint file holds one JSON checkpoint a line, as a file witness keeps them"}
-				}
-				o.Checkpoints = append(o.Checkpoints, cps...)
-			}
-			if afterFile != "" {
-				cp, err := audit.LatestCheckpoint(afterFile)
-				if err == nil && cp == nil {
-					err = errors.New("no checkpoint in the file")
-				}
-				if err != nil {
-					return &exitError{code: exitAudit, err: fmt.Errorf("--after %s: %w", afterFile, err)}
-				}
-				o.After = cp
-			}
+			// Root reads the files the admin names as root, except those
+			// in a folder of another user's (a file witness's, the
+			// daemon's): those after dropping to that user, as the log.
 			dirs := []string{filepath.Dir(path)}
 			if keyArg == "" {
 				dirs = append(dirs, *state)
 			}
+			named := append([]string{afterFile}, checkpointFiles...)
+			if !strings.HasPrefix(keyArg, "ed25519:") {
+				named = append(named, keyArg)
+			}
+			for _, f := range named {
+				if f != "" && inOthersFolder(f) {
+					dirs = append(dirs, filepath.Dir(f))
+				}
+			}
+			read := func(late bool) error {
+				var err error
+				if keyArg != "" && inOthersFolder(keyArg) == late {
+					if o.Key, err = auditKey(keyArg, path, *state); err != nil {
+						return err
+					}
+				}
+				for _, f := range checkpointFiles {
+					if inOthersFolder(f) != late {
+						continue
+					}
+					cps, err := audit.ReadCheckpoints(f)
+					if err != nil {
+						return &exitError{code: exitAudit, err: fmt.Errorf("checkpoints: %w", err),
+							hint: "a checkpoint file holds one JSON checkpoint a line, as a file witness keeps them"}
+					}
+					o.Checkpoints = append(o.Checkpoints, cps...)
+				}
+				if afterFile != "" && inOthersFolder(afterFile) == late {
+					cp, err := audit.LatestCheckpoint(afterFile)
+					if err == nil && cp == nil {
+						err = errors.New("no checkpoint in the file")
+					}
+					if err != nil {
+						return &exitError{code: exitAudit, err: fmt.Errorf("--after %s: %w", afterFile, err)}
+					}
+					o.After = cp
+				}
+				return nil
+			}
+			if err := read(false); err != nil {
+				return err
+			}
 			if err := actAsOwnerOf(dirs...); err != nil {
 				return err
 			}
+			if err := read(true); err != nil {
+				return err
+			}
 			if keyArg == "" {
+				var err error
 				if o.Key, err = auditKey("", path, *state); err != nil {
 					return err
 				}

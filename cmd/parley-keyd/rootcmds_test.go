@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
@@ -57,24 +59,43 @@ func TestRootCommandsRefusePlanted(t *testing.T) {
 		args  []string
 		clean int // its exit code on an unplanted folder
 		prep  func(state string)
+		extra func(state string) []string // more arguments, naming files in the folder
+	}
+	argv := func(c command, state string) []string {
+		args := append(append([]string{}, c.args...), "--state", state)
+		if c.extra != nil {
+			args = append(args, c.extra(state)...)
+		}
+		return args
 	}
 	noKey := func(state string) { os.Remove(filepath.Join(state, "principal.key")) }
 	commands := []command{
-		{"devices-revoke", "phone-devices.lock", []string{"devices", "revoke", "pixel"}, 1, nil},
-		{"devices-confirm", "phone-devices.lock", []string{"devices", "confirm", "pixel", "1234"}, 1, nil},
-		{"devices-list", "phone-devices.json", []string{"devices"}, 0, nil},
-		{"pair", "phone-devices.lock", []string{"pair", "--no-wait", "--config", pairCfg}, 0, nil},
-		{"pair-cert", "phone-key.pem", []string{"pair", "--no-wait", "--config", pairCfg}, 0, nil},
-		{"key-backup", "principal.key", []string{"key", "backup", "--backup-passphrase-file", bpass}, 0, nil},
-		{"key-rotate", "principal.previous", []string{"key", "rotate", "--overlap", "2h"}, 0, nil},
-		{"key-restore", "principal.pub", []string{"key", "restore", backup, "--backup-passphrase-file", bpass}, 0, noKey},
-		{"audit-verify", "audit.log", []string{"audit", "verify"}, 0, nil},
-		{"audit-verify-pub", "principal.pub", []string{"audit", "verify"}, 0, nil},
-		{"audit-show", "audit.log", []string{"audit", "show"}, 0, nil},
-		{"status", "audit.head", []string{"status", "--skip", "units,socket"}, 0, nil},
-		{"status-lock", "locked", []string{"status", "--skip", "units,socket"}, 0, nil},
-		{"init", "principal.pub", []string{"init", "--config-dir", e.etc}, 0, nil},
-		{"pubkey", "principal.pub", []string{"pubkey"}, 0, nil},
+		{"devices-revoke", "phone-devices.lock", []string{"devices", "revoke", "pixel"}, 1, nil, nil},
+		{"devices-confirm", "phone-devices.lock", []string{"devices", "confirm", "pixel", "1234"}, 1, nil, nil},
+		{"devices-list", "phone-devices.json", []string{"devices"}, 0, nil, nil},
+		{"pair", "phone-devices.lock", []string{"pair", "--no-wait", "--config", pairCfg}, 0, nil, nil},
+		{"pair-cert", "phone-key.pem", []string{"pair", "--no-wait", "--config", pairCfg}, 0, nil, nil},
+		{"key-backup", "principal.key", []string{"key", "backup", "--backup-passphrase-file", bpass}, 0, nil, nil},
+		{"key-rotate", "principal.previous", []string{"key", "rotate", "--overlap", "2h"}, 0, nil, nil},
+		{"key-restore", "principal.pub", []string{"key", "restore", backup, "--backup-passphrase-file", bpass}, 0, noKey, nil},
+		{"audit-verify", "audit.log", []string{"audit", "verify"}, 0, nil, nil},
+		{"audit-verify-pub", "principal.pub", []string{"audit", "verify"}, 0, nil, nil},
+		{"audit-show", "audit.log", []string{"audit", "show"}, 0, nil, nil},
+		{"status", "audit.head", []string{"status", "--skip", "units,socket"}, 0, nil, nil},
+		{"status-lock", "locked", []string{"status", "--skip", "units,socket"}, 0, nil, nil},
+		{"init", "principal.pub", []string{"init", "--config-dir", e.etc}, 0, nil, nil},
+		{"pubkey", "principal.pub", []string{"pubkey"}, 0, nil, nil},
+		// A file witness's checkpoints, in a folder of the daemon's user.
+		{"audit-verify-checkpoint", "checkpoints", []string{"audit", "verify"}, 0, func(state string) {
+			cp, err := audit.LatestCheckpoint(filepath.Join(state, "audit.log"))
+			if err != nil || cp == nil {
+				t.Fatalf("the log's last checkpoint: %v", err)
+			}
+			b, err := json.Marshal(cp)
+			must(t, err)
+			must(t, os.WriteFile(filepath.Join(state, "checkpoints"), append(b, '\n'), 0o600))
+			must(t, os.Chown(filepath.Join(state, "checkpoints"), int(e.daemon.uid), int(e.daemon.gid)))
+		}, func(state string) []string { return []string{"--checkpoint", filepath.Join(state, "checkpoints")} }},
 	}
 	// Each case plants into a state folder of its own, copied from the
 	// pristine one, aiming at a root-only folder of its own holding one
@@ -117,7 +138,7 @@ func TestRootCommandsRefusePlanted(t *testing.T) {
 			if c.prep != nil {
 				c.prep(state)
 			}
-			r := runRoot(t, e, append(c.args, "--state", state))
+			r := runRoot(t, e, argv(c, state))
 			if r.code != c.clean {
 				t.Errorf("on an unplanted folder: exit %d, want %d\nstdout: %s\nstderr: %s", r.code, c.clean, r.stdout, r.stderr)
 			}
@@ -133,7 +154,7 @@ func TestRootCommandsRefusePlanted(t *testing.T) {
 				os.Remove(path)
 				was := snapshot(t, outside)
 				p.plant(path, outside)
-				r := runRoot(t, e, append(c.args, "--state", state))
+				r := runRoot(t, e, argv(c, state))
 				out := r.stderr
 				if c.args[0] == "status" {
 					out = r.stdout

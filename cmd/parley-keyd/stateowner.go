@@ -27,7 +27,8 @@ import (
 //
 // What the admin names outside the folder (a passphrase file, --out, a
 // backup, --checkpoint, --key FILE, the configuration) is opened before
-// the drop, as root.
+// the drop, as root; audit verify reads a --checkpoint, --after or --key
+// file in a folder of the daemon's user's (a file witness's) after it.
 
 // stateOwner returns the user root acts as in the folders dirs (those that
 // exist): their owner, when that is not root. It returns nil when this
@@ -62,6 +63,22 @@ func stateOwner(dirs ...string) (*user.User, error) {
 		return nil, withHint(fmt.Errorf("the folder %s belongs to uid %d, which has no user", first, owner), "name the daemon's user with --user")
 	}
 	return u, nil
+}
+
+// inOthersFolder reports whether root would read path from a folder of
+// another user's, who could have planted it: then a command reads it after
+// dropping to that user (actAsOwnerOf), not as root. It is false for
+// everyone but root.
+func inOthersFolder(path string) bool {
+	if os.Geteuid() != 0 {
+		return false
+	}
+	fi, err := os.Stat(filepath.Dir(path))
+	if err != nil {
+		return false // the read says what is missing
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Uid != 0
 }
 
 // actAsOwnerOf drops from root to the owner of the folders dirs (see
