@@ -407,7 +407,7 @@ func newPassphrase(file, what string) ([]byte, error) {
 }
 
 func readBackup(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := openNamed(path)
 	if err != nil {
 		return nil, err
 	}

@@ -85,6 +85,13 @@ func TestRootCommandsRefusePlanted(t *testing.T) {
 		{"status-lock", "locked", []string{"status", "--skip", "units,socket"}, 0, nil, nil},
 		{"init", "principal.pub", []string{"init", "--config-dir", e.etc}, 0, nil, nil},
 		{"pubkey", "principal.pub", []string{"pubkey"}, 0, nil, nil},
+		// A file the admin names, but in the daemon user's folder. (A
+		// passphrase file there is refused whole: the daemon's user could
+		// change it, filetrust.)
+		{"key-restore-file", "backup.age", []string{"key", "restore", "--backup-passphrase-file", bpass}, 0, func(state string) {
+			noKey(state)
+			copyOwned(t, backup, filepath.Join(state, "backup.age"), e.daemon)
+		}, func(state string) []string { return []string{filepath.Join(state, "backup.age")} }},
 		// A file witness's checkpoints, in a folder of the daemon's user.
 		{"audit-verify-checkpoint", "checkpoints", []string{"audit", "verify"}, 0, func(state string) {
 			cp, err := audit.LatestCheckpoint(filepath.Join(state, "audit.log"))
@@ -236,6 +243,15 @@ func assertUnchanged(t *testing.T, dir string, before map[string]fileState) {
 			t.Errorf("%s was created outside the state folder", filepath.Join(dir, name))
 		}
 	}
+}
+
+// copyOwned copies the file src to dst, as who's.
+func copyOwned(t *testing.T, src, dst string, who ids) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	must(t, err)
+	must(t, os.WriteFile(dst, b, 0o600))
+	must(t, os.Chown(dst, int(who.uid), int(who.gid)))
 }
 
 func must(t *testing.T, err error) {

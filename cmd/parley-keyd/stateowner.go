@@ -33,52 +33,120 @@ import (
 // stateOwner returns the user root acts as in the folders dirs (those that
 // exist): their owner, when that is not root. It returns nil when this
 // process is not root, or when every folder is root's. Folders of two
-// different users are refused: a command acts as one user only.
+// different users (root included) are refused: a command acts as one user
+// only, and root's folder may be closed to the other.
 func stateOwner(dirs ...string) (*user.User, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
 	var owner uint32
-	var first string
+	var ownerDir, rootDir string
+	conflict := func(a, b string) error {
+		return withHint(fmt.Errorf("%s and %s belong to different users: root reads a folder of another user's only as that user, and acts as one user only", a, b),
+			"copy the files into one folder; for audit verify, name the principal key with --key (parley-keyd pubkey prints it)")
+	}
 	for _, dir := range dirs {
 		fi, err := os.Stat(dir)
 		if err != nil {
 			continue
 		}
 		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok || st.Uid == 0 {
-			continue
+		switch {
+		case !ok:
+		case st.Uid == 0:
+			if rootDir == "" {
+				rootDir = dir
+			}
+		case owner == 0:
+			owner, ownerDir = st.Uid, dir
+		case st.Uid != owner:
+			return nil, conflict(ownerDir, dir)
 		}
-		if owner != 0 && st.Uid != owner {
-			return nil, withHint(fmt.Errorf("%s and %s belong to different users (uid %d and %d): root acts as one folder's owner only", first, dir, owner, st.Uid),
-				"run the command as one of those users, or name each file so that one folder is used")
-		}
-		owner, first = st.Uid, dir
+	}
+	if owner != 0 && rootDir != "" {
+		return nil, conflict(rootDir, ownerDir)
 	}
 	if owner == 0 {
 		return nil, nil
 	}
 	u, err := user.LookupId(strconv.FormatUint(uint64(owner), 10))
 	if err != nil {
-		return nil, withHint(fmt.Errorf("the folder %s belongs to uid %d, which has no user", first, owner), "name the daemon's user with --user")
+		return nil, withHint(fmt.Errorf("the folder %s belongs to uid %d, which has no user", ownerDir, owner), "name the daemon's user with --user")
 	}
 	return u, nil
 }
 
 // inOthersFolder reports whether root would read path from a folder of
 // another user's, who could have planted it: then a command reads it after
-// dropping to that user (actAsOwnerOf), not as root. It is false for
+// dropping to that user (actAsOwnerOf), or not at all. It is false for
 // everyone but root.
-func inOthersFolder(path string) bool {
+func inOthersFolder(path string) bool { return folderOwner(path) != 0 }
+
+// folderOwner returns the owner of the folder holding path when this
+// process is root and that is another user; else 0.
+func folderOwner(path string) uint32 {
 	if os.Geteuid() != 0 {
-		return false
+		return 0
 	}
 	fi, err := os.Stat(filepath.Dir(path))
 	if err != nil {
-		return false // the read says what is missing
+		return 0 // the read says what is missing
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && st.Uid != 0
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Uid
+	}
+	return 0
+}
+
+// openNamed opens a file the admin named, for reading, before any drop: it
+// never waits on a named pipe, and in a folder of another user's it follows
+// no symbolic link and refuses a hard link to a file not that user's. It
+// refuses anything but a regular file.
+func openNamed(path string) (*os.File, error) {
+	flags := os.O_RDONLY | syscall.O_NONBLOCK
+	owner := folderOwner(path)
+	if owner != 0 {
+		flags |= syscall.O_NOFOLLOW
+	}
+	f, err := os.OpenFile(path, flags, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link in a folder of %s: refusing to follow it as root", path, userName(owner))
+	}
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		if what := planted(fi, owner); what != "" {
+			err = fmt.Errorf("%s %s: refusing to read it", path, what)
+		} else if !fi.Mode().IsRegular() {
+			err = fmt.Errorf("%s is not a regular file", path)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// planted says what fi is when the daemon never makes it in a folder of
+// owner's: a symbolic link, a named pipe, a device, or a hard link to a file
+// of another user. It returns "" for anything else. With owner 0 (root's
+// folder) only the kinds count, not hard links.
+func planted(fi fs.FileInfo, owner uint32) string {
+	st := fi.Sys().(*syscall.Stat_t)
+	switch m := fi.Mode(); {
+	case m&fs.ModeSymlink != 0:
+		return "is a symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "is a named pipe"
+	case m&fs.ModeDevice != 0:
+		return "is a device"
+	case owner != 0 && m.IsRegular() && st.Nlink > 1 && st.Uid != owner:
+		return "is a hard link to a file of " + userName(st.Uid)
+	}
+	return ""
 }
 
 // actAsOwnerOf drops from root to the owner of the folders dirs (see
@@ -170,19 +238,7 @@ func checkStateFolder(dir string) error {
 		if err != nil {
 			return err
 		}
-		st := fi.Sys().(*syscall.Stat_t)
-		what := ""
-		switch m := fi.Mode(); {
-		case m&fs.ModeSymlink != 0:
-			what = "is a symbolic link"
-		case m&fs.ModeNamedPipe != 0:
-			what = "is a named pipe"
-		case m&fs.ModeDevice != 0:
-			what = "is a device"
-		case m.IsRegular() && st.Nlink > 1 && st.Uid != owner:
-			what = fmt.Sprintf("is a hard link to a file of %s", userName(st.Uid))
-		}
-		if what != "" {
+		if what := planted(fi, owner); what != "" {
 			return withHint(fmt.Errorf("%s %s: %w, so someone who can write the folder planted it; refusing to touch the folder", path, what, errPlanted),
 				"keep a copy for investigation, remove it (sudo rm "+path+"), and find how it came there")
 		}
