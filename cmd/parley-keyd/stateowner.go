@@ -117,7 +117,7 @@ func openNamed(path string) (*os.File, error) {
 	}
 	fi, err := f.Stat()
 	if err == nil {
-		if what := planted(fi, owner); what != "" {
+		if what := planted(fi, owner, owner != 0); what != "" {
 			err = fmt.Errorf("%s %s: refusing to read it", path, what)
 		} else if !fi.Mode().IsRegular() {
 			err = fmt.Errorf("%s is not a regular file", path)
@@ -131,10 +131,9 @@ func openNamed(path string) (*os.File, error) {
 }
 
 // planted says what fi is when the daemon never makes it in a folder of
-// owner's: a symbolic link, a named pipe, a device, or a hard link to a file
-// of another user. It returns "" for anything else. With owner 0 (root's
-// folder) only the kinds count, not hard links.
-func planted(fi fs.FileInfo, owner uint32) string {
+// owner's: a symbolic link, a named pipe, a device, or, with links, a hard
+// link to a file of another user. It returns "" for anything else.
+func planted(fi fs.FileInfo, owner uint32, links bool) string {
 	st := fi.Sys().(*syscall.Stat_t)
 	switch m := fi.Mode(); {
 	case m&fs.ModeSymlink != 0:
@@ -143,7 +142,7 @@ func planted(fi fs.FileInfo, owner uint32) string {
 		return "is a named pipe"
 	case m&fs.ModeDevice != 0:
 		return "is a device"
-	case owner != 0 && m.IsRegular() && st.Nlink > 1 && st.Uid != owner:
+	case links && m.IsRegular() && st.Nlink > 1 && st.Uid != owner:
 		return "is a hard link to a file of " + userName(st.Uid)
 	}
 	return ""
@@ -238,7 +237,7 @@ func checkStateFolder(dir string) error {
 		if err != nil {
 			return err
 		}
-		if what := planted(fi, owner); what != "" {
+		if what := planted(fi, owner, true); what != "" {
 			return withHint(fmt.Errorf("%s %s: %w, so someone who can write the folder planted it; refusing to touch the folder", path, what, errPlanted),
 				"keep a copy for investigation, remove it (sudo rm "+path+"), and find how it came there")
 		}
