@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestMCPGoClientLogLevel runs the official Go SDK's client the way its
+// documentation shows: parley-grant mcp as a command, with the socket in the
+// server's arguments rather than in the environment, and the log level set
+// once for the session with SetLoggingLevel, not on every request. The match
+// code of a request that waits for a human must reach it as a log message.
+func TestMCPGoClientLogLevel(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, journeyPolicy, nil)
+	keyPath, _ := writeAgentKey(t, t.TempDir())
+	cmd := exec.Command(cliBinary(t), "mcp", "--socket", d.sock, "--key", keyPath)
+	// The client's own environment has neither the socket nor the key.
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}
+	var mu sync.Mutex
+	var logs []string
+	c := mcp.NewClient(&mcp.Implementation{Name: "parley-go-client", Version: "1"}, &mcp.ClientOptions{
+		//lint:ignore SA1019 the match code reaches clients without progress as a log message; this checks it does
+		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			s, _ := r.Params.Data.(string)
+			logs = append(logs, s)
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	//lint:ignore SA1019 as above
+	if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan callResult, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "parley_request_grant",
+			Arguments: map[string]any{"can": []string{"mail.read"}, "wait": 20}})
+		done <- callResult{"parley_request_grant", res, err}
+	}()
+	var id, code string
+	waitUntil(t, "a log message with the match code", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range logs {
+			if m := progressCode.FindStringSubmatch(l); m != nil {
+				id, code = m[1], m[2]
+				return true
+			}
+		}
+		return false
+	})
+	approve(t, d, id, code, true)
+	var out grantOutput
+	ok(t, (<-done).check(t), &out)
+	if out.Decision != "ask" || out.MatchCode != code {
+		t.Errorf("grant %+v, want one approved with code %s", out, code)
+	}
+	if !strings.Contains(strings.Join(logs, "\n"), "match code "+code) {
+		t.Errorf("logs %q", logs)
+	}
+}
