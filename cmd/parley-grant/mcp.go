@@ -576,7 +576,8 @@ func (t *mcpTools) explain(ctx context.Context, req *mcp.CallToolRequest, in exp
 	var text string
 	switch e.Action {
 	case "deny":
-		text = fmt.Sprintf("Refused by rule %q: %s. Ask for less (narrower can, svc or exp), or ask the principal to change the policy.", e.Rule, e.Reason)
+		r := refusedBy(e.Rule, e.Reason)
+		text = strings.ToUpper(r[:1]) + r[1:] + ". Ask for less (narrower can, svc or exp), or ask the principal to change the policy."
 	case "auto":
 		text = fmt.Sprintf("Rule %q would issue at once: %s.", e.Rule, strings.Join(e.Allows, "; "))
 	default:

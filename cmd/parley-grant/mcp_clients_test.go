@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
 // TestMCPGoClientLogLevel runs the official Go SDK's client the way its
@@ -71,5 +72,22 @@ func TestMCPGoClientLogLevel(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(logs, "\n"), "match code "+code) {
 		t.Errorf("logs %q", logs)
+	}
+}
+
+// TestMCPExplainNoRule checks the words for a request that no rule covers:
+// it is refused by no rule, which the text says once, and names no empty
+// rule.
+func TestMCPExplainNoRule(t *testing.T) {
+	d := startDaemon(t, journeyPolicy, nil)
+	t.Setenv(protocol.SocketEnv, d.sock)
+	keyPath, _ := writeAgentKey(t, t.TempDir())
+	s := connectMCP(t, keyPath)
+	var ex explainOutput
+	res := s.call(t, "parley_explain", map[string]any{"can": []string{"weather.read"}}, nil)
+	ok(t, res, &ex)
+	text := resultText(res)
+	if ex.Action != "deny" || ex.Rule != "" || !strings.HasPrefix(text, `Refused: no rule covers "weather.read"`) || strings.Contains(text, `rule ""`) {
+		t.Errorf("explain %+v, text %q", ex, text)
 	}
 }
