@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -89,5 +90,27 @@ func TestMCPExplainNoRule(t *testing.T) {
 	text := resultText(res)
 	if ex.Action != "deny" || ex.Rule != "" || !strings.HasPrefix(text, `Refused: no rule covers "weather.read"`) || strings.Contains(text, `rule ""`) {
 		t.Errorf("explain %+v, text %q", ex, text)
+	}
+}
+
+// TestMCPTypeScriptSkipLine runs the TypeScript client's test where node is
+// missing: it skips at once, before it starts a daemon, so the one line it
+// leaves is its reason, with no daemon's log lines in it.
+func TestMCPTypeScriptSkipLine(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMCPTypeScriptClient$", "-test.v", "-test.count=1")
+	cmd.Env = []string{"PATH=" + t.TempDir(), "HOME=" + t.TempDir(), "TMPDIR=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var said []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "=== ") && !strings.HasPrefix(l, "--- ") && l != "PASS" && !strings.HasPrefix(l, "ok ") {
+			said = append(said, l)
+		}
+	}
+	if !strings.Contains(string(out), "--- SKIP: TestMCPTypeScriptClient") || len(said) != 1 || !strings.Contains(said[0], "needs node") {
+		t.Errorf("the skipped test said %q, want its reason alone:\n%s", said, out)
 	}
 }
