@@ -31,7 +31,7 @@ var daemonUserFlag string
 // addDaemonCommands adds the commands that talk to parley-keyd: the agent's
 // (issue, consent, explain, status) and the human's (pending, approve, deny).
 func addDaemonCommands(root *cobra.Command) {
-	root.PersistentFlags().StringVar(&socketFlag, "socket", "", "parley-keyd socket (default $"+protocol.SocketEnv+", else "+protocol.DefaultSocket+")")
+	root.PersistentFlags().StringVar(&socketFlag, "socket", "", "parley-keyd socket (default $"+protocol.SocketEnv+", else the installed configuration's, else systemd's parley-keyd.socket, else "+protocol.DefaultSocket+")")
 	root.PersistentFlags().StringVar(&daemonUserFlag, "daemon-user", "", "the user parley-keyd runs as; a socket served by anyone else but root or you is refused (default $"+protocol.DaemonUserEnv+", else "+protocol.DefaultDaemonUser+")")
 	root.AddCommand(newIssueCmd(), newConsentCmd(), newExplainCmd(), newStatusCmd(),
 		newPendingCmd(), newApproveCmd(), newDenyCmd(), newAuditCmd(), newLockCmd(), newUnlockCmd())
@@ -56,7 +56,7 @@ func daemonCall(timeout time.Duration) (*client.Client, context.Context, func(),
 // sent, it checks that the socket is served by the daemon's user (see
 // dial).
 func dialDaemon() (*client.Client, error) {
-	path := protocol.SocketPath(socketFlag)
+	path := socketPath()
 	c, err := dial(path)
 	switch {
 	case err == nil:

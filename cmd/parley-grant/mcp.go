@@ -52,9 +52,12 @@ clients that speak MCP. Its tools are the agent's operations:
     parley_proof            sign a proof of possession, as proof does
 
 It reads the agent key (--key, $PARLEY_AGENT_KEY, ~/.config/parley/agent.key)
-and the socket (--socket, $PARLEY_KEYD_SOCKET) like the other commands, and
-goes through exactly the same daemon checks: it has no rights of its own and
-cannot approve anything.
+and finds the socket (--socket, $PARLEY_KEYD_SOCKET, the installed
+configuration, systemd's parley-keyd.socket, the default) like the other
+commands, and goes through exactly the same daemon checks: it has no rights
+of its own and cannot approve anything. MCP clients start it with an
+environment of their own, so a daemon at another socket is named in the
+client's configuration, as in the second example.
 
 A request that needs a human waits in this server, not in the tool call: a
 call waits for the decision up to 45 s (its wait argument, 0 to 50), inside
@@ -65,9 +68,10 @@ progress (when the client asks for progress) and log messages, and to
 stderr. Cancelling a call leaves the request waiting; parley_withdraw takes
 it back, and it is withdrawn when this server exits.
 
-Example client configuration:
+Example client configurations:
 
-    {"command": "parley-grant", "args": ["mcp"]}`,
+    {"command": "parley-grant", "args": ["mcp"]}
+    {"command": "parley-grant", "args": ["mcp", "--socket", "/run/parley-keyd/agent.sock"]}`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := interruptible()
@@ -435,7 +439,7 @@ func (t *mcpTools) status(ctx context.Context, req *mcp.CallToolRequest, _ statu
 	if err != nil {
 		return nil, out, toToolError(err)
 	}
-	out = statusOutput{Socket: protocol.SocketPath(socketFlag), DaemonVersion: m.Version, Principal: m.Principal,
+	out = statusOutput{Socket: socketPath(), DaemonVersion: m.Version, Principal: m.Principal,
 		User: m.Caller.User, UID: m.Caller.UID, Roles: m.Caller.Roles, Agent: m.Caller.Agent, Channels: m.Channels,
 		ApprovalTimeout: m.Limits.ApprovalTimeout, MaxPending: m.Limits.MaxPending, May: m.May}
 	if key, err := loadAgentKey(t.keyPath); err != nil {
