@@ -21,6 +21,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/internal/testservice"
 )
@@ -882,7 +883,7 @@ func waitTimes(msg string) (left, call time.Duration, ok bool) {
 		return 0, 0, false
 	}
 	span := func(s string) time.Duration {
-		d, err := parseDuration(strings.ReplaceAll(s, " ", ""))
+		d, err := duration.Parse(strings.ReplaceAll(s, " ", ""))
 		if err != nil {
 			return -1
 		}
