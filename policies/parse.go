@@ -244,7 +244,7 @@ func (d *decoder) duration(t *node, key string) (int64, error) {
 }
 
 func parseLifetime(s string) (int64, error) {
-	dur, err := duration.Parse(s)
+	dur, err := duration.Seconds(s)
 	switch {
 	case err != nil:
 		return 0, err

@@ -286,7 +286,7 @@ func parseTime(s string, now time.Time) (time.Time, error) {
 		}
 		return time.Unix(n, 0), nil
 	case looksLikeDuration(s):
-		d, err := duration.Parse(s)
+		d, err := duration.Seconds(s)
 		if err != nil {
 			return time.Time{}, err
 		}

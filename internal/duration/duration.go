@@ -1,9 +1,10 @@
 // Package duration is the one reader of the durations that flags and
 // configuration keys take, for both binaries and the policy: whole numbers
-// with the units d (24 hours), h, m and s, largest first, each once, as
-// "90s", "10m", "1h30m", "7d" or "1d12h". Go's own form ("1.5h", "300ms")
-// is not taken: a day is a unit a grant's lifetime or a key's overlap is
-// often counted in, and a fraction or a sub-second is never needed.
+// with the units d (24 hours), h, m, s and ms, largest first, each once, as
+// "90s", "10m", "1h30m", "7d", "1d12h" or "300ms". Go's own form ("1.5h")
+// is not taken, and Go's has no days: a day is a unit a grant's lifetime
+// or a key's overlap is often counted in. What must be whole seconds (a
+// grant's times, a policy's lifetimes) is read with Seconds.
 package duration
 
 import (
@@ -17,9 +18,9 @@ import (
 // overflow, and far from the integer limit of canonical JSON (§10).
 const Max = 100 * 365 * 24 * time.Hour
 
-// Parse parses a positive duration written as whole numbers with
-// the units d (24 hours), h, m and s, largest first: "90s", "10m", "1h",
-// "7d", "1h30m".
+// Parse parses a positive duration written as whole numbers with the
+// units d (24 hours), h, m, s and ms, largest first, each once: "90s",
+// "10m", "1h", "7d", "1h30m", "300ms".
 func Parse(s string) (time.Duration, error) {
 	orig := s
 	if s == "" {
@@ -27,20 +28,16 @@ func Parse(s string) (time.Duration, error) {
 	}
 	var total time.Duration
 	last := -1 // index in units of the last unit seen, so they go largest first
-	units := []struct {
-		c rune
-		d time.Duration
-	}{{'d', 24 * time.Hour}, {'h', time.Hour}, {'m', time.Minute}, {'s', time.Second}}
 	for s != "" {
 		i := 0
 		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 			i++
 		}
 		if i == 0 {
-			return 0, fmt.Errorf("duration %q: want a number then a unit (d, h, m or s), such as 90s or 7d", orig)
+			return 0, fmt.Errorf("duration %q: want a number then a unit (%s), such as 90s or 7d", orig, unitNames)
 		}
 		if i == len(s) {
-			return 0, fmt.Errorf("duration %q: %q has no unit (d, h, m or s)", orig, s)
+			return 0, fmt.Errorf("duration %q: %q has no unit (%s)", orig, s, unitNames)
 		}
 		n, err := strconv.ParseInt(s[:i], 10, 64)
 		if err != nil {
@@ -55,12 +52,12 @@ func Parse(s string) (time.Duration, error) {
 		}
 		u := -1
 		for j, unit := range units {
-			if end == i+1 && rune(s[i]) == unit.c {
+			if s[i:end] == unit.name {
 				u = j
 			}
 		}
 		if u < 0 {
-			return 0, fmt.Errorf("duration %q: unknown unit %q (want d, h, m or s)", orig, s[i:end])
+			return 0, fmt.Errorf("duration %q: unknown unit %q (want %s)", orig, s[i:end], unitNames)
 		}
 		if u <= last {
 			return 0, fmt.Errorf("duration %q: units must go from largest to smallest, each once", orig)
@@ -73,7 +70,7 @@ func Parse(s string) (time.Duration, error) {
 		if total > Max {
 			return 0, fmt.Errorf("duration %q: too long", orig)
 		}
-		s = s[i+1:]
+		s = s[end:]
 	}
 	if total <= 0 {
 		return 0, fmt.Errorf("duration %q: must be more than zero", orig)
@@ -81,21 +78,36 @@ func Parse(s string) (time.Duration, error) {
 	return total, nil
 }
 
+// units are the units Parse takes, largest first.
+var units = []struct {
+	name string
+	d    time.Duration
+}{{"d", 24 * time.Hour}, {"h", time.Hour}, {"m", time.Minute}, {"s", time.Second}, {"ms", time.Millisecond}}
+
+const unitNames = "d, h, m, s or ms"
+
+// Seconds is Parse for what counts in whole seconds, as a grant's times
+// and a policy's lifetimes do.
+func Seconds(s string) (time.Duration, error) {
+	d, err := Parse(s)
+	if err == nil && d%time.Second != 0 {
+		return 0, fmt.Errorf("duration %q: whole seconds only, such as 1s rather than 1500ms", s)
+	}
+	return d, err
+}
+
 // Format writes d in the form Parse reads, largest unit first, with what
-// is below a second left out: "1d12h", "90m" is "1h30m", 0 is "0s".
+// is below a millisecond left out: "1d12h", "90m" is "1h30m", 0 is "0s".
 func Format(d time.Duration) string {
-	d = d.Truncate(time.Second)
+	d = d.Truncate(time.Millisecond)
 	if d <= 0 {
 		return "0s"
 	}
 	var b []byte
-	for _, u := range []struct {
-		c byte
-		d time.Duration
-	}{{'d', 24 * time.Hour}, {'h', time.Hour}, {'m', time.Minute}, {'s', time.Second}} {
+	for _, u := range units {
 		if n := d / u.d; n > 0 {
 			b = strconv.AppendInt(b, int64(n), 10)
-			b = append(b, u.c)
+			b = append(b, u.name...)
 			d -= n * u.d
 		}
 	}

@@ -23,7 +23,10 @@ func TestParseDuration(t *testing.T) {
 		{"fail/no-unit", "90", 0, "has no unit"},
 		{"fail/trailing-number", "1h30", 0, `"30" has no unit`},
 		{"fail/unknown-unit", "10x", 0, `unknown unit "x"`},
-		{"fail/milliseconds", "10ms", 0, `unknown unit "ms"`},
+		{"ok/milliseconds", "300ms", 300 * time.Millisecond, ""},
+		{"ok/seconds-and-milliseconds", "1s500ms", 1500 * time.Millisecond, ""},
+		{"fail/microseconds", "10us", 0, `unknown unit "us"`},
+		{"fail/ms-before-s", "500ms1s", 0, "largest to smallest"},
 		{"fail/upper-case", "1H", 0, `unknown unit "H"`},
 		{"fail/fraction", "1.5h", 0, "whole numbers only"},
 		{"fail/negative", "-1h", 0, "want a number then a unit"},
@@ -54,16 +57,30 @@ func TestParseDuration(t *testing.T) {
 // TestFormat checks that Format writes what Parse reads back.
 func TestFormat(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		36 * time.Hour:                 "1d12h",
-		90 * time.Minute:               "1h30m",
-		time.Second:                    "1s",
-		7*24*time.Hour + 5*time.Second: "7d5s",
-		0:                              "0s",
-		1500 * time.Millisecond:        "1s",
+		36 * time.Hour:                      "1d12h",
+		90 * time.Minute:                    "1h30m",
+		time.Second:                         "1s",
+		7*24*time.Hour + 5*time.Second:      "7d5s",
+		0:                                   "0s",
+		1500 * time.Millisecond:             "1s500ms",
+		time.Millisecond + time.Microsecond: "1ms",
 	} {
 		if got := Format(d); got != want {
 			t.Errorf("Format(%v) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// TestSeconds checks that what counts in seconds takes no less.
+func TestSeconds(t *testing.T) {
+	if d, err := Seconds("1d12h"); err != nil || d != 36*time.Hour {
+		t.Errorf("Seconds(1d12h) = %v, %v", d, err)
+	}
+	if _, err := Seconds("1500ms"); err == nil || !strings.Contains(err.Error(), "whole seconds") {
+		t.Errorf("Seconds(1500ms): %v", err)
+	}
+	if _, err := Seconds("1.5h"); err == nil || !strings.Contains(err.Error(), "whole numbers") {
+		t.Errorf("Seconds(1.5h): %v", err)
 	}
 }
 
@@ -93,7 +110,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if d <= 0 || d > Max || d%time.Second != 0 {
+		if d <= 0 || d > Max || d%time.Millisecond != 0 {
 			t.Fatalf("Parse(%q) = %v", s, d)
 		}
 		if back, err := Parse(Format(d)); err != nil || back != d {
