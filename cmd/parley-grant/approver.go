@@ -68,7 +68,7 @@ func runApprover(ctx context.Context) error {
 	for {
 		c, err := dial(path)
 		if err != nil {
-			if !errors.Is(err, client.ErrNotRunning) {
+			if !errors.Is(err, client.ErrNotRunning) && !errors.Is(err, client.ErrNoAnswer) {
 				return dialDaemonError(err)
 			}
 			// The daemon may start after the session, or be

@@ -484,13 +484,19 @@ func (t *mcpTools) agentRequest(in caveatArgs) (ed25519.PrivateKey, []grant.Cave
 	if err != nil {
 		return nil, nil, nil, toToolError(err)
 	}
-	cavs, err := in.caveats("", time.Now())
-	if err != nil {
+	if _, err := in.caveats("", time.Now()); err != nil {
 		return nil, nil, nil, toToolError(err)
 	}
 	c, err := t.dial()
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	// Again once the daemon answered, as for the command line: an exp
+	// given as a duration counts from the request.
+	cavs, err := in.caveats("", time.Now())
+	if err != nil {
+		c.Close()
+		return nil, nil, nil, toToolError(err)
 	}
 	return key, cavs, c, nil
 }

@@ -76,6 +76,9 @@ var (
 	// ErrWrongServer means the socket is served by a user that is not the
 	// daemon's (see ServerError).
 	ErrWrongServer = errors.New("the parley-keyd socket is not served by the daemon's user")
+	// ErrNoAnswer means the socket took the connection but the daemon did
+	// not answer within Options.Answer: it is not starting.
+	ErrNoAnswer = errors.New("parley-keyd did not answer")
 )
 
 // ServerError says who serves a socket that the client refused to talk to.
@@ -101,6 +104,13 @@ type Options struct {
 	// protocol.DaemonUsers(""): PARLEY_KEYD_USER, else
 	// protocol.DefaultDaemonUser. See CheckServer.
 	ServerUsers []string
+	// Answer, when more than zero, is how long the daemon has to answer
+	// a HELLO sent at once: a daemon that cannot start behind its
+	// activation socket accepts (the service manager holds the socket)
+	// and never answers. Without an answer in time DialWith returns an
+	// error that matches ErrNoAnswer. The manifest is kept for the
+	// requests that need it.
+	Answer time.Duration
 }
 
 // Dial connects to the daemon at path with the default Options.
@@ -127,7 +137,34 @@ func DialWith(path string, o Options) (*Client, error) {
 	c := &Client{nc: nc, calls: map[string]*call{}, done: make(chan struct{}), reader: make(chan struct{}, 1),
 		fr: &clientReader{r: bufio.NewReaderSize(nc, readBuffer)}}
 	c.reader <- struct{}{}
+	if o.Answer > 0 {
+		if err := c.firstAnswer(path, o.Answer); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// firstAnswer sends HELLO and waits up to d for the reply, which it keeps
+// for principal. A refusal is an answer: it is left for the request that
+// meets it again.
+func (c *Client) firstAnswer(path string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	m, err := c.Hello(ctx)
+	switch {
+	case err == nil:
+		c.manOnce.Do(func() { c.man = m })
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: the socket %s took the connection, but the daemon did not answer within %s", ErrNoAnswer, path, d)
+	}
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return nil
+	}
+	return err
 }
 
 // CheckServer checks, with SO_PEERCRED, that the socket nc is served by
