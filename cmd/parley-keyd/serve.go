@@ -147,6 +147,10 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		return withHint(err, dirErr.Fix())
 	case errors.As(err, &sg):
 		return withHint(err, fmt.Sprintf("the daemon's %s must be a member of that group (sudo usermod -aG %s %s), or an admin changes socket_group in %s", whoAmI(), sg.Group, currentUserName(), configPath))
+	case errors.Is(err, fs.ErrPermission):
+		if h := socketFolderHint(cfg.Socket); h != "" {
+			return withHint(err, h)
+		}
 	}
 	if err != nil {
 		return err
