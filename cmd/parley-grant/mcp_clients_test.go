@@ -114,3 +114,24 @@ func TestMCPTypeScriptSkipLine(t *testing.T) {
 		t.Errorf("the skipped test said %q, want its reason alone:\n%s", said, out)
 	}
 }
+
+// TestMCPTypeScriptDocumented starts parley-grant mcp from the TypeScript
+// SDK as docs/cli.md shows: the socket (not the default one) and the key in
+// the arguments, no env, so the server has only the SDK's default
+// environment. It reaches the daemon.
+func TestMCPTypeScriptDocumented(t *testing.T) {
+	t.Parallel()
+	requireTSClient(t)
+	d := startDaemon(t, journeyPolicy, nil)
+	keyPath, _ := writeAgentKey(t, t.TempDir())
+	var status *tsLine
+	runTSClient(t, "documented", []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(),
+		"PARLEY_TEST_SOCKET=" + d.sock, "PARLEY_TEST_KEY=" + keyPath}, func(l tsLine) {
+		if l.Step == "status" {
+			status = &l
+		}
+	})
+	if status == nil || status.IsError || status.ProtocolError != "" || !strings.Contains(string(status.Structured), d.srv.Principal()) {
+		t.Fatalf("parley_status: %+v", status)
+	}
+}
