@@ -45,7 +45,7 @@ const notStartingHint = "it is not starting: see why with: journalctl -u parley-
 func addDaemonCommands(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&socketFlag, "socket", "", "parley-keyd socket (default $"+protocol.SocketEnv+", else the installed configuration's, else systemd's parley-keyd.socket, else "+protocol.DefaultSocket+")")
 	root.PersistentFlags().StringVar(&daemonUserFlag, "daemon-user", "", "the user parley-keyd runs as; a socket served by anyone else but root or you is refused (default $"+protocol.DaemonUserEnv+", else "+protocol.DefaultDaemonUser+")")
-	root.PersistentFlags().Var(&startTimeout, "start-timeout", "how long the daemon has to answer a new connection before it is taken as not starting")
+	root.PersistentFlags().Var(&startTimeout, "start-timeout", "how long the daemon has to answer a connection's first request before it is taken as not starting")
 	root.AddCommand(newIssueCmd(), newConsentCmd(), newExplainCmd(), newStatusCmd(),
 		newPendingCmd(), newApproveCmd(), newDenyCmd(), newAuditCmd(), newLockCmd(), newUnlockCmd())
 	root.AddCommand(newApproverCmd())
@@ -152,6 +152,9 @@ func permissionHint(path string) string {
 func daemonError(err error) error {
 	var e *protocol.Error
 	if !errors.As(err, &e) {
+		if errors.Is(err, client.ErrNoAnswer) {
+			return &exitError{code: exitNoDaemon, err: err, hint: notStartingHint}
+		}
 		if errors.Is(err, context.Canceled) {
 			return &exitError{code: exitFail, err: errors.New("interrupted; the request was withdrawn")}
 		}
@@ -209,15 +212,22 @@ func agentRequest(cf *caveatFlags, keyPath, command string) (ed25519.PrivateKey,
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	// Checked before anything is sent, and made again once the daemon has
-	// answered: an expiry given as a duration counts from the request,
-	// not from the start of a wait for a daemon that was starting.
+	// Checked before anything is sent; for issue made again once the
+	// daemon has answered the HELLO its proof needs: an expiry given as a
+	// duration counts from the request, not from the start of a wait for
+	// a daemon that was starting.
 	if _, err := cf.caveats(time.Now()); err != nil {
 		return nil, nil, nil, usage(err, "run parley-grant "+command+" --help for the caveat flags")
 	}
 	c, err := dialDaemon()
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if command == "issue" {
+		if _, err := c.Principal(context.Background()); err != nil {
+			c.Close()
+			return nil, nil, nil, daemonError(err)
+		}
 	}
 	cavs, err := cf.caveats(time.Now())
 	if err != nil {

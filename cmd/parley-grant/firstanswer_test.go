@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
 // silentSocket listens on a new socket and never accepts, as systemd holds
@@ -166,5 +168,34 @@ func TestExpiryFromSend(t *testing.T) {
 	}
 	if min := start + 3600 + int64(delay/time.Second) - 1; res.Expires < min {
 		t.Errorf("the grant expires at %d, %d s after the command started; want 1h after the request was sent (at least %d)", res.Expires, res.Expires-start, min)
+	}
+}
+
+// TestMCPSilentDaemon: the MCP tools meet the same deadline, as a tool
+// error "unavailable" that says where to look.
+func TestMCPSilentDaemon(t *testing.T) {
+	sock := silentSocket(t)
+	t.Setenv(protocol.SocketEnv, sock)
+	old := startTimeout.Duration
+	startTimeout.Duration = time.Second
+	t.Cleanup(func() { startTimeout.Duration = old })
+	keyPath, _ := writeAgentKey(t, t.TempDir())
+	s := connectMCP(t, keyPath)
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"parley_status", map[string]any{}},
+		{"parley_request_grant", map[string]any{"can": []string{"shop.order"}, "exp": "1h"}},
+		{"parley_explain", map[string]any{"can": []string{"shop.order"}}},
+	} {
+		start := time.Now()
+		text := toolErr(t, s.call(t, tc.tool, tc.args, nil), "unavailable")
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("%s gave up after %s", tc.tool, took)
+		}
+		if !strings.Contains(text, "did not answer within 1s") || !strings.Contains(text, "journalctl -u parley-keyd") {
+			t.Errorf("%s: %q", tc.tool, text)
+		}
 	}
 }

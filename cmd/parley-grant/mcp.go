@@ -256,6 +256,9 @@ func toToolError(err error) *toolError {
 	if errors.Is(err, context.Canceled) {
 		return &toolError{Code: codeCancelled, Message: "the call was cancelled"}
 	}
+	if errors.Is(err, client.ErrNoAnswer) {
+		return &toolError{Code: string(protocol.CodeUnavailable), Message: err.Error(), Fix: notStartingHint}
+	}
 	e := &toolError{Code: string(protocol.CodeInvalidParams), Message: err.Error()}
 	var ee *exitError
 	if errors.As(err, &ee) {
@@ -479,7 +482,7 @@ type explainArgs struct {
 
 // agentRequest is the common start of parley_request_grant and
 // parley_explain: the agent key, the caveats asked for, and a connection.
-func (t *mcpTools) agentRequest(in caveatArgs) (ed25519.PrivateKey, []grant.Caveat, *client.Client, error) {
+func (t *mcpTools) agentRequest(in caveatArgs, forGrant bool) (ed25519.PrivateKey, []grant.Caveat, *client.Client, error) {
 	key, err := loadAgentKey(t.keyPath)
 	if err != nil {
 		return nil, nil, nil, toToolError(err)
@@ -491,8 +494,15 @@ func (t *mcpTools) agentRequest(in caveatArgs) (ed25519.PrivateKey, []grant.Cave
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	// Again once the daemon answered, as for the command line: an exp
-	// given as a duration counts from the request.
+	// For a grant, made again once the daemon answered the HELLO its
+	// proof needs, as for the command line: an exp given as a duration
+	// counts from the request.
+	if forGrant {
+		if _, err := c.Principal(context.Background()); err != nil {
+			c.Close()
+			return nil, nil, nil, toToolError(err)
+		}
+	}
 	cavs, err := in.caveats("", time.Now())
 	if err != nil {
 		c.Close()
@@ -506,7 +516,7 @@ func (t *mcpTools) requestGrant(ctx context.Context, req *mcp.CallToolRequest, i
 	if err != nil {
 		return nil, grantOutput{}, err
 	}
-	key, cavs, c, err := t.agentRequest(in.caveatArgs)
+	key, cavs, c, err := t.agentRequest(in.caveatArgs, true)
 	if err != nil {
 		return nil, grantOutput{}, err
 	}
@@ -572,7 +582,7 @@ type explainOutput struct {
 
 func (t *mcpTools) explain(ctx context.Context, req *mcp.CallToolRequest, in explainArgs) (*mcp.CallToolResult, explainOutput, error) {
 	var out explainOutput
-	key, cavs, c, err := t.agentRequest(in.caveatArgs)
+	key, cavs, c, err := t.agentRequest(in.caveatArgs, false)
 	if err != nil {
 		return nil, out, err
 	}

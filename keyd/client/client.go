@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,6 +52,12 @@ type Client struct {
 	manOnce sync.Once
 	man     *protocol.Manifest
 	manErr  error
+
+	// The deadline for the daemon's first frame (Options.Answer).
+	path       string
+	answer     time.Duration
+	answered   atomic.Bool // a frame came
+	answerOnce sync.Once
 }
 
 type call struct {
@@ -104,12 +111,13 @@ type Options struct {
 	// protocol.DaemonUsers(""): PARLEY_KEYD_USER, else
 	// protocol.DefaultDaemonUser. See CheckServer.
 	ServerUsers []string
-	// Answer, when more than zero, is how long the daemon has to answer
-	// a HELLO sent at once: a daemon that cannot start behind its
-	// activation socket accepts (the service manager holds the socket)
-	// and never answers. Without an answer in time DialWith returns an
-	// error that matches ErrNoAnswer. The manifest is kept for the
-	// requests that need it.
+	// Answer, when more than zero, is how long the daemon has to send
+	// its first frame once the first request is sent: a daemon that
+	// cannot start behind its activation socket takes connections (the
+	// service manager holds the socket) and never answers. Without an
+	// answer in time the connection ends, and every request on it fails
+	// with an error that matches ErrNoAnswer. Nothing more is sent for
+	// it: every request counts against the caller's rate.
 	Answer time.Duration
 }
 
@@ -137,34 +145,26 @@ func DialWith(path string, o Options) (*Client, error) {
 	c := &Client{nc: nc, calls: map[string]*call{}, done: make(chan struct{}), reader: make(chan struct{}, 1),
 		fr: &clientReader{r: bufio.NewReaderSize(nc, readBuffer)}}
 	c.reader <- struct{}{}
-	if o.Answer > 0 {
-		if err := c.firstAnswer(path, o.Answer); err != nil {
-			c.Close()
-			return nil, err
-		}
-	}
+	c.path, c.answer = path, o.Answer
 	return c, nil
 }
 
-// firstAnswer sends HELLO and waits up to d for the reply, which it keeps
-// for principal. A refusal is an answer: it is left for the request that
-// meets it again.
-func (c *Client) firstAnswer(path string, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	m, err := c.Hello(ctx)
-	switch {
-	case err == nil:
-		c.manOnce.Do(func() { c.man = m })
-		return nil
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: the socket %s took the connection, but the daemon did not answer within %s", ErrNoAnswer, path, d)
+// awaitAnswer, called once a request is sent, ends the connection with
+// ErrNoAnswer when no frame has come from the daemon within Options.Answer
+// of the first request.
+func (c *Client) awaitAnswer() {
+	if c.answer <= 0 || c.answered.Load() {
+		return
 	}
-	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		return nil
-	}
-	return err
+	c.answerOnce.Do(func() {
+		time.AfterFunc(c.answer, func() {
+			if c.answered.Load() {
+				return
+			}
+			c.shutdown(fmt.Errorf("%w: the socket %s took the connection, but the daemon did not answer within %s", ErrNoAnswer, c.path, c.answer))
+			c.nc.SetReadDeadline(longAgo) // wakes a reader
+		})
+	})
 }
 
 // CheckServer checks, with SO_PEERCRED, that the socket nc is served by
@@ -351,6 +351,9 @@ func (c *Client) readFor(ctx context.Context, id string) error {
 			return nil
 		}
 		line, err := c.fr.next()
+		if err == nil {
+			c.answered.Store(true)
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			c.nc.SetReadDeadline(time.Time{})
 			if ctx.Err() != nil {
@@ -427,6 +430,7 @@ func (c *Client) do(ctx context.Context, encode func(id string) ([]byte, error),
 		}
 		return nil, fmt.Errorf("send to parley-keyd: %w", err)
 	}
+	c.awaitAnswer()
 	for {
 		select {
 		case r, ok := <-cl.reply:
@@ -472,6 +476,10 @@ func (c *Client) Hello(ctx context.Context) (*protocol.Manifest, error) {
 	}
 	return &m, nil
 }
+
+// Principal returns the daemon's principal key, asking HELLO once per
+// connection; a grant's proof is made for it.
+func (c *Client) Principal(ctx context.Context) (string, error) { return c.principal(ctx) }
 
 func (c *Client) principal(ctx context.Context) (string, error) {
 	c.manOnce.Do(func() { c.man, c.manErr = c.Hello(ctx) })
