@@ -23,7 +23,7 @@ ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build test lint unit demo install install-docs uninstall docs bench fuzz clean
+.PHONY: build test lint unit mcp-ts-modules demo install install-docs uninstall docs bench fuzz clean
 
 # The binaries carry the VCS revision they were built from (--version):
 # the go tool stamps it when git can read this tree. A GOFLAGS of
@@ -46,9 +46,21 @@ lint:
 # in full as they come, then one line per skipped test with the peer it
 # lacked, and a count; nothing else. The exit status is go test's. (Built,
 # not go run, which would turn every status into 1.)
-unit:
+unit: mcp-ts-modules
 	@$(GO) build -o bin/testsummary ./internal/testsummary
 	@bin/testsummary -race -count=1 ./...
+
+# The TypeScript MCP client's modules, for its tests: npm ci when they are
+# missing or older than the lock file, from npm's cache first. When npm or
+# the registry is out of reach, the run goes on and those tests skip saying
+# so (a failure under PARLEY_REQUIRE_PEERS=1).
+MCPTS = cmd/parley-grant/testdata/mcp-ts
+mcp-ts-modules:
+	@if command -v npm >/dev/null 2>&1 && { [ ! -f $(MCPTS)/node_modules/.package-lock.json ] || \
+	    [ $(MCPTS)/package-lock.json -nt $(MCPTS)/node_modules/.package-lock.json ]; }; then \
+	  (cd $(MCPTS) && npm ci --prefer-offline --no-audit --no-fund --fetch-retries=1 --loglevel=error >/dev/null) || \
+	    echo "make: npm ci in $(MCPTS) failed; the TypeScript MCP client tests will skip"; \
+	fi
 
 test: lint unit
 

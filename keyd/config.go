@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/peercred"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
@@ -157,24 +158,9 @@ func (c *Config) PhoneURL() string {
 	return "https://" + c.Phone.Listen
 }
 
-// Duration is a time.Duration written as "120s", "2m" in TOML.
-type Duration struct{ time.Duration }
-
-// UnmarshalText parses a Go duration string.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return err
-	}
-	if v <= 0 {
-		return fmt.Errorf("duration %q must be positive", b)
-	}
-	d.Duration = v
-	return nil
-}
-
-// MarshalText writes the duration back as a Go duration string.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+// Duration is a time.Duration written as "120s", "2m" or "30d" in TOML,
+// read as every flag and key that takes a duration is (internal/duration).
+type Duration = duration.Value
 
 // Defaults for a configuration that leaves a field out.
 const (

@@ -3,13 +3,13 @@ package policies
 import (
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 )
 
 // Bounds on a policy file. The file is written by the principal or an
@@ -244,28 +244,10 @@ func (d *decoder) duration(t *node, key string) (int64, error) {
 }
 
 func parseLifetime(s string) (int64, error) {
-	// Go durations have no days; a leading "Nd" is taken off first.
-	var dur time.Duration
-	rest := s
-	if days, after, ok := strings.Cut(s, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
-		n, err := strconv.ParseInt(days, 10, 64)
-		if err != nil || n > Ceiling/86400 {
-			return 0, fmt.Errorf("%q is longer than the ceiling of %s", s, fmtDur(Ceiling))
-		}
-		dur, rest = time.Duration(n)*24*time.Hour, after
-	}
-	if rest != "" || dur == 0 {
-		d, err := time.ParseDuration(rest)
-		if err != nil || rest != s && d < 0 {
-			return 0, fmt.Errorf("%q is not a duration such as 15m, 1h or 7d", s)
-		}
-		dur += d
-	}
+	dur, err := duration.Seconds(s)
 	switch {
-	case dur <= 0:
-		return 0, fmt.Errorf("%q must be longer than zero", s)
-	case dur%time.Second != 0:
-		return 0, fmt.Errorf("%q must be whole seconds", s)
+	case err != nil:
+		return 0, err
 	case dur > Ceiling*time.Second:
 		return 0, fmt.Errorf("%q is longer than the ceiling of %s", s, fmtDur(Ceiling))
 	}

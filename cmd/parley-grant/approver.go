@@ -62,13 +62,13 @@ func runApprover(ctx context.Context) error {
 	}
 	defer os.RemoveAll(qrDir)
 
-	path := protocol.SocketPath(socketFlag)
+	path := socketPath()
 	backoff := time.Second
 	waiting := false // said that the daemon is not running
 	for {
 		c, err := dial(path)
 		if err != nil {
-			if !errors.Is(err, client.ErrNotRunning) {
+			if !errors.Is(err, client.ErrNotRunning) && !errors.Is(err, client.ErrNoAnswer) {
 				return dialDaemonError(err)
 			}
 			// The daemon may start after the session, or be
@@ -131,7 +131,7 @@ func watchOnce(ctx context.Context, c *client.Client, desk *desktop.Desktop, qrD
 		runErr <- a.Run(runCtx)
 		stop() // the session bus went away: stop watching too
 	}()
-	approverLogf("showing requests for user %s from %s", man.Caller.User, protocol.SocketPath(socketFlag))
+	approverLogf("showing requests for user %s from %s", man.Caller.User, socketPath())
 	keep := checkpointKeeper(man.Principal, a)
 	werr := c.Watch(runCtx, client.Feed{Pending: a.Pending, Ended: a.Ended, Checkpoint: keep, AuditDamage: damageAlarm(a),
 		Malformed: func(msg string, err error) {

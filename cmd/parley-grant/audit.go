@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/spf13/cobra"
 )
@@ -102,12 +103,12 @@ func whenFlag(name, s string, now time.Time) (int64, error) {
 			return t.Unix(), nil
 		}
 	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+	if d, err := duration.Parse(s); err == nil {
 		return now.Add(-d).Unix(), nil
 	}
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 && n <= maxUnix {
 		return n, nil
 	}
 	return 0, usage(errors.New("--"+name+" "+strconv.Quote(s)+": not a time"),
-		"give an RFC 3339 time, a date such as 2006-01-02, unix seconds, or a duration ago such as 2h")
+		"give an RFC 3339 time, a date such as 2006-01-02, unix seconds, or a duration ago such as 2h or 1d")
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/spf13/cobra"
 )
 
@@ -270,74 +271,6 @@ func isHash(s string) bool {
 	return err == nil && len(b) == 32 && !strings.ContainsAny(s, "\r\n")
 }
 
-// maxDuration bounds durations so that now plus a duration stays far from
-// overflow, and far from the integer limit of canonical JSON (§10).
-const maxDuration = 100 * 365 * 24 * time.Hour
-
-// parseDuration parses a positive duration written as whole numbers with
-// the units d (24 hours), h, m and s, largest first: "90s", "10m", "1h",
-// "7d", "1h30m".
-func parseDuration(s string) (time.Duration, error) {
-	orig := s
-	if s == "" {
-		return 0, errors.New("empty duration")
-	}
-	var total time.Duration
-	last := -1 // index in units of the last unit seen, so they go largest first
-	units := []struct {
-		c rune
-		d time.Duration
-	}{{'d', 24 * time.Hour}, {'h', time.Hour}, {'m', time.Minute}, {'s', time.Second}}
-	for s != "" {
-		i := 0
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		if i == 0 {
-			return 0, fmt.Errorf("duration %q: want a number then a unit (d, h, m or s), such as 90s or 7d", orig)
-		}
-		if i == len(s) {
-			return 0, fmt.Errorf("duration %q: %q has no unit (d, h, m or s)", orig, s)
-		}
-		n, err := strconv.ParseInt(s[:i], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("duration %q: too long", orig)
-		}
-		if s[i] == '.' {
-			return 0, fmt.Errorf("duration %q: whole numbers only, such as 90m rather than 1.5h", orig)
-		}
-		end := i + 1
-		for end < len(s) && (s[end] < '0' || s[end] > '9') {
-			end++
-		}
-		u := -1
-		for j, unit := range units {
-			if end == i+1 && rune(s[i]) == unit.c {
-				u = j
-			}
-		}
-		if u < 0 {
-			return 0, fmt.Errorf("duration %q: unknown unit %q (want d, h, m or s)", orig, s[i:end])
-		}
-		if u <= last {
-			return 0, fmt.Errorf("duration %q: units must go from largest to smallest, each once", orig)
-		}
-		last = u
-		if n > int64(maxDuration/units[u].d) {
-			return 0, fmt.Errorf("duration %q: too long", orig)
-		}
-		total += time.Duration(n) * units[u].d
-		if total > maxDuration {
-			return 0, fmt.Errorf("duration %q: too long", orig)
-		}
-		s = s[i+1:]
-	}
-	if total <= 0 {
-		return 0, fmt.Errorf("duration %q: must be more than zero", orig)
-	}
-	return total, nil
-}
-
 // parseTime parses a time as a duration from now ("1h", see
 // parseDuration), an RFC 3339 time ("2026-09-24T15:00:00Z") or unix
 // seconds ("1790000000"). The result is truncated to whole seconds.
@@ -353,7 +286,7 @@ func parseTime(s string, now time.Time) (time.Time, error) {
 		}
 		return time.Unix(n, 0), nil
 	case looksLikeDuration(s):
-		d, err := parseDuration(s)
+		d, err := duration.Seconds(s)
 		if err != nil {
 			return time.Time{}, err
 		}

@@ -9,46 +9,6 @@ import (
 	"github.com/parley-keyd/parley-keyd/grant"
 )
 
-func TestParseDuration(t *testing.T) {
-	tests := []struct {
-		name, in string
-		want     time.Duration
-		err      string
-	}{
-		{"ok/seconds", "90s", 90 * time.Second, ""},
-		{"ok/minutes", "10m", 10 * time.Minute, ""},
-		{"ok/hour", "1h", time.Hour, ""},
-		{"ok/days", "7d", 7 * 24 * time.Hour, ""},
-		{"ok/compound", "1d12h30m5s", 36*time.Hour + 30*time.Minute + 5*time.Second, ""},
-		{"ok/leading-zero", "05m", 5 * time.Minute, ""},
-		{"ok/hundred-years", "36500d", 36500 * 24 * time.Hour, ""},
-		{"fail/empty", "", 0, "empty duration"},
-		{"fail/no-unit", "90", 0, "has no unit"},
-		{"fail/trailing-number", "1h30", 0, `"30" has no unit`},
-		{"fail/unknown-unit", "10x", 0, `unknown unit "x"`},
-		{"fail/milliseconds", "10ms", 0, `unknown unit "ms"`},
-		{"fail/upper-case", "1H", 0, `unknown unit "H"`},
-		{"fail/fraction", "1.5h", 0, "whole numbers only"},
-		{"fail/negative", "-1h", 0, "want a number then a unit"},
-		{"fail/zero", "0s", 0, "more than zero"},
-		{"fail/order", "30m1h", 0, "largest to smallest"},
-		{"fail/repeated-unit", "1h1h", 0, "largest to smallest"},
-		{"fail/too-long", "36501d", 0, "too long"},
-		{"fail/overflow", "99999999999999999999s", 0, "too long"},
-		{"fail/overflow-units", "9223372036d", 0, "too long"},
-		{"fail/space", "1h 30m", 0, `unknown unit "h "`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseDuration(tt.in)
-			checkErr(t, err, tt.err)
-			if got != tt.want {
-				t.Errorf("parseDuration(%q) = %v, want %v", tt.in, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestParseTime(t *testing.T) {
 	now := time.Unix(1790000000, 0)
 	tests := []struct {
@@ -233,3 +193,24 @@ func checkErr(t *testing.T, err error, want string) {
 
 // exitCodeFor returns the exit code that run gives err.
 func exitCodeFor(err error) int { return asExitError(err).code }
+
+// TestAuditWhen checks that audit's --since and --until take a duration
+// ago as every duration flag does, days too.
+func TestAuditWhen(t *testing.T) {
+	now := time.Unix(1790000000, 0)
+	for in, want := range map[string]int64{
+		"1d":         1790000000 - 86400,
+		"1d12h":      1790000000 - 36*3600,
+		"2h":         1790000000 - 7200,
+		"1700000000": 1700000000,
+		"":           0,
+	} {
+		got, err := whenFlag("since", in, now)
+		if err != nil || got != want {
+			t.Errorf("whenFlag(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	if _, err := whenFlag("since", "1.5h", now); err == nil {
+		t.Error("whenFlag(1.5h) took a fraction")
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/keyd/client"
-	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/spf13/cobra"
@@ -72,7 +71,7 @@ func completeRequest(cmd *cobra.Command, args []string, toComplete string) ([]st
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	c, err := client.Dial(protocol.SocketPath(socketFlag))
+	c, err := client.Dial(socketPath())
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}

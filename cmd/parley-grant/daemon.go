@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/keyd/client"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
@@ -28,11 +29,23 @@ var socketFlag string
 // socket; empty means PARLEY_KEYD_USER, then parley-keyd.
 var daemonUserFlag string
 
+// startTimeout is how long, with --start-timeout, the daemon has to answer
+// a new connection (see client.Options.Answer).
+var startTimeout = duration.Value{Duration: defaultStartTimeout}
+
+// defaultStartTimeout covers a daemon that socket activation starts: an
+// encrypted key's scrypt work, a key service's first signature.
+const defaultStartTimeout = 15 * time.Second
+
+// notStartingHint says where a daemon that does not answer says why.
+const notStartingHint = "it is not starting: see why with: journalctl -u parley-keyd (or: sudo parley-keyd status); a daemon that is only slow gets longer with --start-timeout"
+
 // addDaemonCommands adds the commands that talk to parley-keyd: the agent's
 // (issue, consent, explain, status) and the human's (pending, approve, deny).
 func addDaemonCommands(root *cobra.Command) {
-	root.PersistentFlags().StringVar(&socketFlag, "socket", "", "parley-keyd socket (default $"+protocol.SocketEnv+", else "+protocol.DefaultSocket+")")
+	root.PersistentFlags().StringVar(&socketFlag, "socket", "", "parley-keyd socket (default $"+protocol.SocketEnv+", else the installed configuration's, else systemd's parley-keyd.socket, else "+protocol.DefaultSocket+")")
 	root.PersistentFlags().StringVar(&daemonUserFlag, "daemon-user", "", "the user parley-keyd runs as; a socket served by anyone else but root or you is refused (default $"+protocol.DaemonUserEnv+", else "+protocol.DefaultDaemonUser+")")
+	root.PersistentFlags().Var(&startTimeout, "start-timeout", "how long the daemon has to answer a connection's first request before it is taken as not starting")
 	root.AddCommand(newIssueCmd(), newConsentCmd(), newExplainCmd(), newStatusCmd(),
 		newPendingCmd(), newApproveCmd(), newDenyCmd(), newAuditCmd(), newLockCmd(), newUnlockCmd())
 	root.AddCommand(newApproverCmd())
@@ -56,7 +69,7 @@ func daemonCall(timeout time.Duration) (*client.Client, context.Context, func(),
 // sent, it checks that the socket is served by the daemon's user (see
 // dial).
 func dialDaemon() (*client.Client, error) {
-	path := protocol.SocketPath(socketFlag)
+	path := socketPath()
 	c, err := dial(path)
 	switch {
 	case err == nil:
@@ -68,6 +81,8 @@ func dialDaemon() (*client.Client, error) {
 			hint: "start it with: sudo systemctl start parley-keyd.socket (without systemd: parley-keyd serve); or point --socket or " + protocol.SocketEnv + " at it"}
 	case errors.Is(err, client.ErrPermission):
 		return nil, &exitError{code: exitNoDaemon, err: err, hint: permissionHint(path)}
+	case errors.Is(err, client.ErrNoAnswer):
+		return nil, &exitError{code: exitNoDaemon, err: err, hint: notStartingHint}
 	}
 	return nil, &exitError{code: exitNoDaemon, err: fmt.Errorf("cannot reach parley-keyd at %s: %w", path, err)}
 }
@@ -77,7 +92,7 @@ func dialDaemon() (*client.Client, error) {
 // PARLEY_KEYD_USER, else parley-keyd): every command that sends a proof or
 // an approval, the MCP binding and the desktop approver go through it.
 func dial(path string) (*client.Client, error) {
-	return client.DialWith(path, client.Options{ServerUsers: protocol.DaemonUsers(daemonUserFlag)})
+	return client.DialWith(path, client.Options{ServerUsers: protocol.DaemonUsers(daemonUserFlag), Answer: startTimeout.Duration})
 }
 
 // wrongServerHint is what to do about a socket served by another user.
@@ -137,6 +152,9 @@ func permissionHint(path string) string {
 func daemonError(err error) error {
 	var e *protocol.Error
 	if !errors.As(err, &e) {
+		if errors.Is(err, client.ErrNoAnswer) {
+			return &exitError{code: exitNoDaemon, err: err, hint: notStartingHint}
+		}
 		if errors.Is(err, context.Canceled) {
 			return &exitError{code: exitFail, err: errors.New("interrupted; the request was withdrawn")}
 		}
@@ -194,13 +212,27 @@ func agentRequest(cf *caveatFlags, keyPath, command string) (ed25519.PrivateKey,
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cavs, err := cf.caveats(time.Now())
-	if err != nil {
+	// Checked before anything is sent; for issue made again once the
+	// daemon has answered the HELLO its proof needs: an expiry given as a
+	// duration counts from the request, not from the start of a wait for
+	// a daemon that was starting.
+	if _, err := cf.caveats(time.Now()); err != nil {
 		return nil, nil, nil, usage(err, "run parley-grant "+command+" --help for the caveat flags")
 	}
 	c, err := dialDaemon()
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if command == "issue" {
+		if _, err := c.Principal(context.Background()); err != nil {
+			c.Close()
+			return nil, nil, nil, daemonError(err)
+		}
+	}
+	cavs, err := cf.caveats(time.Now())
+	if err != nil {
+		c.Close()
+		return nil, nil, nil, usage(err, "run parley-grant "+command+" --help for the caveat flags")
 	}
 	return key, cavs, c, nil
 }

@@ -51,11 +51,7 @@ the daemon is locked.`,
 			}
 			switch e.Action {
 			case "deny":
-				rule := "no rule"
-				if e.Rule != "" {
-					rule = fmt.Sprintf("rule %q", e.Rule)
-				}
-				fmt.Printf("refused by %s: %s\n", rule, e.Reason)
+				fmt.Println(refusedBy(e.Rule, e.Reason))
 			case "auto":
 				fmt.Printf("rule %q would issue at once:\n", e.Rule)
 			case "ask":
@@ -81,4 +77,13 @@ the daemon is locked.`,
 	cmd.Flags().StringVar(&keyPath, "key", "", "agent key file")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the explanation as JSON")
 	return cmd
+}
+
+// refusedBy says why the policy refuses, naming the rule that does, or,
+// when none covers the request, saying only the reason, which says so.
+func refusedBy(rule, reason string) string {
+	if rule == "" {
+		return "refused: " + reason
+	}
+	return fmt.Sprintf("refused by rule %q: %s", rule, reason)
 }

@@ -52,9 +52,12 @@ clients that speak MCP. Its tools are the agent's operations:
     parley_proof            sign a proof of possession, as proof does
 
 It reads the agent key (--key, $PARLEY_AGENT_KEY, ~/.config/parley/agent.key)
-and the socket (--socket, $PARLEY_KEYD_SOCKET) like the other commands, and
-goes through exactly the same daemon checks: it has no rights of its own and
-cannot approve anything.
+and finds the socket (--socket, $PARLEY_KEYD_SOCKET, the installed
+configuration, systemd's parley-keyd.socket, the default) like the other
+commands, and goes through exactly the same daemon checks: it has no rights
+of its own and cannot approve anything. MCP clients start it with an
+environment of their own, so a daemon at another socket is named in the
+client's configuration, as in the second example.
 
 A request that needs a human waits in this server, not in the tool call: a
 call waits for the decision up to 45 s (its wait argument, 0 to 50), inside
@@ -65,9 +68,10 @@ progress (when the client asks for progress) and log messages, and to
 stderr. Cancelling a call leaves the request waiting; parley_withdraw takes
 it back, and it is withdrawn when this server exits.
 
-Example client configuration:
+Example client configurations:
 
-    {"command": "parley-grant", "args": ["mcp"]}`,
+    {"command": "parley-grant", "args": ["mcp"]}
+    {"command": "parley-grant", "args": ["mcp", "--socket", "/run/parley-keyd/agent.sock"]}`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := interruptible()
@@ -252,6 +256,9 @@ func toToolError(err error) *toolError {
 	if errors.Is(err, context.Canceled) {
 		return &toolError{Code: codeCancelled, Message: "the call was cancelled"}
 	}
+	if errors.Is(err, client.ErrNoAnswer) {
+		return &toolError{Code: string(protocol.CodeUnavailable), Message: err.Error(), Fix: notStartingHint}
+	}
 	e := &toolError{Code: string(protocol.CodeInvalidParams), Message: err.Error()}
 	var ee *exitError
 	if errors.As(err, &ee) {
@@ -435,7 +442,7 @@ func (t *mcpTools) status(ctx context.Context, req *mcp.CallToolRequest, _ statu
 	if err != nil {
 		return nil, out, toToolError(err)
 	}
-	out = statusOutput{Socket: protocol.SocketPath(socketFlag), DaemonVersion: m.Version, Principal: m.Principal,
+	out = statusOutput{Socket: socketPath(), DaemonVersion: m.Version, Principal: m.Principal,
 		User: m.Caller.User, UID: m.Caller.UID, Roles: m.Caller.Roles, Agent: m.Caller.Agent, Channels: m.Channels,
 		ApprovalTimeout: m.Limits.ApprovalTimeout, MaxPending: m.Limits.MaxPending, May: m.May}
 	if key, err := loadAgentKey(t.keyPath); err != nil {
@@ -475,18 +482,31 @@ type explainArgs struct {
 
 // agentRequest is the common start of parley_request_grant and
 // parley_explain: the agent key, the caveats asked for, and a connection.
-func (t *mcpTools) agentRequest(in caveatArgs) (ed25519.PrivateKey, []grant.Caveat, *client.Client, error) {
+func (t *mcpTools) agentRequest(in caveatArgs, forGrant bool) (ed25519.PrivateKey, []grant.Caveat, *client.Client, error) {
 	key, err := loadAgentKey(t.keyPath)
 	if err != nil {
 		return nil, nil, nil, toToolError(err)
 	}
-	cavs, err := in.caveats("", time.Now())
-	if err != nil {
+	if _, err := in.caveats("", time.Now()); err != nil {
 		return nil, nil, nil, toToolError(err)
 	}
 	c, err := t.dial()
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	// For a grant, made again once the daemon answered the HELLO its
+	// proof needs, as for the command line: an exp given as a duration
+	// counts from the request.
+	if forGrant {
+		if _, err := c.Principal(context.Background()); err != nil {
+			c.Close()
+			return nil, nil, nil, toToolError(err)
+		}
+	}
+	cavs, err := in.caveats("", time.Now())
+	if err != nil {
+		c.Close()
+		return nil, nil, nil, toToolError(err)
 	}
 	return key, cavs, c, nil
 }
@@ -496,7 +516,7 @@ func (t *mcpTools) requestGrant(ctx context.Context, req *mcp.CallToolRequest, i
 	if err != nil {
 		return nil, grantOutput{}, err
 	}
-	key, cavs, c, err := t.agentRequest(in.caveatArgs)
+	key, cavs, c, err := t.agentRequest(in.caveatArgs, true)
 	if err != nil {
 		return nil, grantOutput{}, err
 	}
@@ -562,7 +582,7 @@ type explainOutput struct {
 
 func (t *mcpTools) explain(ctx context.Context, req *mcp.CallToolRequest, in explainArgs) (*mcp.CallToolResult, explainOutput, error) {
 	var out explainOutput
-	key, cavs, c, err := t.agentRequest(in.caveatArgs)
+	key, cavs, c, err := t.agentRequest(in.caveatArgs, false)
 	if err != nil {
 		return nil, out, err
 	}
@@ -576,7 +596,8 @@ func (t *mcpTools) explain(ctx context.Context, req *mcp.CallToolRequest, in exp
 	var text string
 	switch e.Action {
 	case "deny":
-		text = fmt.Sprintf("Refused by rule %q: %s. Ask for less (narrower can, svc or exp), or ask the principal to change the policy.", e.Rule, e.Reason)
+		r := refusedBy(e.Rule, e.Reason)
+		text = strings.ToUpper(r[:1]) + r[1:] + ". Ask for less (narrower can, svc or exp), or ask the principal to change the policy."
 	case "auto":
 		text = fmt.Sprintf("Rule %q would issue at once: %s.", e.Rule, strings.Join(e.Allows, "; "))
 	default:

@@ -21,6 +21,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/internal/testservice"
 )
@@ -589,20 +590,28 @@ type tsLine struct {
 	Elapsed       int64           `json:"elapsed"` // ms since the client started
 }
 
-// runTSClient runs client.mjs in mode against the real binary's
-// parley-grant mcp, with env added, and passes each line it writes to
-// onLine as it comes. It fails the test if the client fails or does not
-// finish.
-func runTSClient(t *testing.T, mode string, env []string, onLine func(tsLine)) {
+// requireTSClient returns node's path when the TypeScript client can run,
+// and skips the test otherwise (see testpeer.Unavailable). Tests call it
+// before they start anything, so that the skip's reason is all they say.
+func requireTSClient(t *testing.T) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		testpeer.Unavailable(t, "needs node for the TypeScript MCP client")
 	}
 	if _, err := os.Stat(filepath.Join(mcpTSDir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil {
-		testpeer.Unavailable(t, "needs the TypeScript MCP SDK: run npm ci in cmd/parley-grant/"+mcpTSDir)
+		testpeer.Unavailable(t, "needs the TypeScript MCP SDK: make test runs npm ci in cmd/parley-grant/"+mcpTSDir+" (or run it there)")
 	}
-	cmd := exec.Command(node, "client.mjs")
+	return node
+}
+
+// runTSClient runs client.mjs in mode against the real binary's
+// parley-grant mcp, with env added, and passes each line it writes to
+// onLine as it comes. It fails the test if the client fails or does not
+// finish.
+func runTSClient(t *testing.T, mode string, env []string, onLine func(tsLine)) {
+	t.Helper()
+	cmd := exec.Command(requireTSClient(t), "client.mjs")
 	cmd.Dir = mcpTSDir
 	cmd.Env = append(env, "PARLEY_GRANT="+cliBinary(t), "PARLEY_TEST_MODE="+mode)
 	var stderr lockedBuffer
@@ -690,6 +699,7 @@ func (h *humanReader) code(id string) string {
 // every tool and a tool that does not exist.
 func TestMCPTypeScriptClient(t *testing.T) {
 	t.Parallel()
+	requireTSClient(t)
 	d := startDaemon(t, journeyPolicy, nil)
 	keyPath, key := writeAgentKey(t, t.TempDir())
 	sub := newTestKey(t)
@@ -810,6 +820,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 // grant. The test takes that long; it runs in parallel with the others.
 func TestMCPTypeScriptClientSlowHuman(t *testing.T) {
 	t.Parallel()
+	requireTSClient(t)
 	const humanTakes = 65 * time.Second
 	d := startDaemon(t, journeyPolicy, nil)
 	keyPath, _ := writeAgentKey(t, t.TempDir())
@@ -872,7 +883,7 @@ func waitTimes(msg string) (left, call time.Duration, ok bool) {
 		return 0, 0, false
 	}
 	span := func(s string) time.Duration {
-		d, err := parseDuration(strings.ReplaceAll(s, " ", ""))
+		d, err := duration.Parse(strings.ReplaceAll(s, " ", ""))
 		if err != nil {
 			return -1
 		}

@@ -301,9 +301,30 @@ func (n *notifier) send(e *protocol.Event, first bool) {
 	}
 	if !n.logged || first {
 		n.logged = true
+		lctx, lcancel := n.logContext()
+		defer lcancel()
 		//lint:ignore SA1019 logging is the one channel every client shows without a progress token; it stays functional through the deprecation window
-		n.req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "notice", Logger: "parley-keyd", Data: msg})
+		n.req.Session.Log(lctx, &mcp.LoggingMessageParams{Level: "notice", Logger: "parley-keyd", Data: msg})
 	}
+}
+
+// logContext is the context a log message goes out under, so that the
+// session's Log honours the level the client asked for in either of the
+// two ways the protocol has: on the request itself (its _meta, as clients
+// of the 2026-07-28 protocol do), or once for the session with
+// logging/setLevel (as the Go SDK's SetLoggingLevel does). The request's
+// context carries the level of its _meta even when that is absent, which
+// Log reads as "send nothing" and which would hide the session's level; a
+// request that names no level is therefore logged under a context that
+// carries no request values, with the same deadline and cancellation.
+func (n *notifier) logContext() (context.Context, context.CancelFunc) {
+	//lint:ignore SA1019 the level a request asks for its log messages, as above
+	if lvl, _ := n.req.Params.GetMeta()[mcp.MetaKeyLogLevel].(string); lvl != "" {
+		return context.WithTimeout(n.ctx, notifyTimeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+	stop := context.AfterFunc(n.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // notifyTimeout bounds one progress or log notification to the MCP client.

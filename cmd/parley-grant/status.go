@@ -42,7 +42,7 @@ func newStatusCmd() *cobra.Command {
 }
 
 func printStatus(m *protocol.Manifest) {
-	fmt.Printf("parley-keyd %s answers at %s\n", m.Version, protocol.SocketPath(socketFlag))
+	fmt.Printf("parley-keyd %s answers at %s\n", m.Version, socketPath())
 	fmt.Printf("principal: %s\n", m.Principal)
 	for _, p := range m.Previous {
 		// A rotation's old key: services trust it until then.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/internal/durable"
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 
@@ -390,7 +391,7 @@ the daemon writes them, across new segments, until interrupted.`,
 		},
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print each record as stored (one JSON object a line)")
-	cmd.Flags().StringVar(&since, "since", "", "only records at or after this time (RFC 3339, 2006-01-02, or a duration ago such as 2h)")
+	cmd.Flags().StringVar(&since, "since", "", "only records at or after this time (RFC 3339, 2006-01-02, or a duration ago such as 2h or 1d)")
 	cmd.Flags().StringVar(&until, "until", "", "only records at or before this time")
 	cmd.Flags().StringVar(&grantID, "grant", "", "only the records of this grant id")
 	cmd.Flags().Uint64Var(&from, "from", 0, "only records from this seq on")
@@ -408,7 +409,7 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 			return t, nil
 		}
 	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+	if d, err := duration.Parse(s); err == nil {
 		return now.Add(-d), nil
 	}
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {

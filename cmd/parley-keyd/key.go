@@ -9,12 +9,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
@@ -250,6 +250,14 @@ working as soon as services drop it, which they should do at once.`,
 			if err != nil {
 				return err
 			}
+			if _, err := os.Stat(config); errors.Is(err, fs.ErrNotExist) {
+				// The key exists: init is not what is missing.
+				hint := "pass the daemon's configuration with --config FILE; without it, rotate reads $PARLEY_KEYD_CONFIG_DIR/config.toml, else /etc/parley-keyd/config.toml"
+				if cmd.Flags().Changed("config") {
+					hint = "check the path given to --config: the daemon's configuration, which names the policy"
+				}
+				return withHint(fmt.Errorf("the configuration file %s does not exist; rotate reads the policy's longest grant through it", config), hint)
+			}
 			cfg, err := loadConfig(config, *state)
 			if err != nil {
 				return err
@@ -300,7 +308,7 @@ working as soon as services drop it, which they should do at once.`,
 	return cmd
 }
 
-// parseOverlap reads a duration such as "90m", "24h" or "30d".
+// parseOverlap reads a duration such as "90m", "24h", "30d" or "1d12h".
 func parseOverlap(s string, compromised bool) (time.Duration, error) {
 	switch {
 	case compromised && s != "" && s != "0":
@@ -310,14 +318,9 @@ func parseOverlap(s string, compromised bool) (time.Duration, error) {
 	case s == "":
 		return 0, usage(errors.New("rotate needs --overlap: how long services keep trusting the old key"), "give at least the policy's longest grant, such as --overlap 30d; or --compromised for none")
 	}
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n > 0 && n <= 3650 {
-			return time.Duration(n) * 24 * time.Hour, nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, usage(fmt.Errorf("--overlap %q is not a duration such as 24h or 30d", s), "")
+	d, err := duration.Parse(s)
+	if err != nil {
+		return 0, usage(fmt.Errorf("--overlap: %w", err), "")
 	}
 	return d, nil
 }

@@ -17,6 +17,9 @@
 //	   does not start
 //	5  the configuration file is invalid: serve does not start
 //
+// serve's help (and so parley-keyd-serve(8)) lists the statuses serve
+// exits with; TestExitCodesDocumented keeps the lists whole.
+//
 // status exits 1 when one of its checks fails, 0 when none does.
 package main
 
@@ -103,7 +106,9 @@ Its files are described in parley-keyd-config.toml(5) and
 parley-keyd-policy.toml(5); agents and humans use parley-grant(1).
 
 Exit codes: 0 ok, 1 failure, 2 usage, 3 the audit log does not verify
-(audit verify), 4 the policy file is invalid (policy check, serve).`,
+(audit verify), 4 the policy file is invalid (policy check, serve), 5 the
+configuration file is invalid (serve). parley-keyd serve --help lists
+serve's.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       protocol.DaemonVersion,

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/notify/phone"
 
 	"github.com/parley-keyd/parley-keyd/notify"
@@ -15,7 +16,7 @@ import (
 
 func newPairCmd() *cobra.Command {
 	var state, config, name string
-	var ttl time.Duration
+	ttl := duration.Value{Duration: phone.DefaultPairingTTL}
 	var noWait bool
 	cmd := &cobra.Command{
 		Use:   "pair",
@@ -61,7 +62,7 @@ owner (docs/admin.md).`,
 			if err != nil {
 				return withHint(err, "run pair as the daemon's user or as root")
 			}
-			token, chosen, err := phone.OpenDevices(state).NewPairing(name, ttl, now)
+			token, chosen, err := phone.OpenDevices(state).NewPairing(name, ttl.Duration, now)
 			if err != nil {
 				if errors.Is(err, phone.ErrNameTaken) {
 					return withHint(err, "choose another --name, or revoke the old phone: parley-keyd devices revoke "+name)
@@ -80,19 +81,19 @@ owner (docs/admin.md).`,
 				fmt.Fprintf(errw, "parley-keyd: made the phone page's certificate for %v\n", info.Hosts)
 			}
 			fmt.Fprintf(errw, "parley-keyd: scan the code with the phone to pair it as %q; the link works once, until %s\n",
-				chosen, now.Add(ttl).Format("15:04:05"))
+				chosen, now.Add(ttl.Duration).Format("15:04:05"))
 			fmt.Fprintln(errw, "hint: the phone warns that the certificate is not trusted: accept it only if its SHA-256 fingerprint is the one above")
 			if noWait {
 				fmt.Fprintf(errw, "parley-keyd: after pairing, the phone shows a code; finish with: parley-keyd devices confirm %s CODE\n", chosen)
 				return nil
 			}
-			return waitAndConfirm(cmd, state, chosen, now.Add(ttl))
+			return waitAndConfirm(cmd, state, chosen, now.Add(ttl.Duration))
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", defaultState(), "state folder (certificate, paired devices)")
 	cmd.Flags().StringVar(&config, "config", defaultConfig(), "configuration file; $PARLEY_KEYD_CONFIG_DIR/config.toml")
 	cmd.Flags().StringVar(&name, "name", "", "name of the phone (default phone-N)")
-	cmd.Flags().DurationVar(&ttl, "ttl", phone.DefaultPairingTTL, "how long the link works")
+	cmd.Flags().Var(&ttl, "ttl", "how long the link works, such as 10m")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "do not wait for the phone; confirm later with devices confirm")
 	return cmd
 }

@@ -30,7 +30,20 @@ func newServeCmd() *cobra.Command {
 		Long: `serve loads the configuration, the policy and the principal key, and answers
 agents and approvers on the Unix socket. It accepts a socket passed by systemd
 socket activation. SIGHUP reloads the configuration and the policy (an invalid
-file leaves the old one in force); SIGTERM answers waiting requests and exits.`,
+file leaves the old one in force); SIGTERM answers waiting requests and exits.
+
+Exit statuses, stable, as for every parley-keyd command:
+
+  0  stopped by SIGTERM or SIGINT, waiting requests answered
+  1  failure: the key, the state folder, the audit log or the socket
+     cannot be used (the message says which), another daemon runs on
+     the state folder, or the configuration file is missing or unreadable
+  2  usage: an unknown flag, an argument
+  4  the policy file is invalid: the daemon does not start
+  5  the configuration file is invalid: the daemon does not start
+
+2, 4 and 5 need an admin's fix: restarting does not help. A watchdog
+timeout ends the daemon with SIGABRT, a signal rather than a status.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return serve(state, config, socket, passFile)
@@ -134,6 +147,10 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		return withHint(err, dirErr.Fix())
 	case errors.As(err, &sg):
 		return withHint(err, fmt.Sprintf("the daemon's %s must be a member of that group (sudo usermod -aG %s %s), or an admin changes socket_group in %s", whoAmI(), sg.Group, currentUserName(), configPath))
+	case errors.Is(err, fs.ErrPermission):
+		if h := socketFolderHint(cfg.Socket); h != "" {
+			return withHint(err, h)
+		}
 	}
 	if err != nil {
 		return err

@@ -26,6 +26,7 @@ import (
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
+	"github.com/pelletier/go-toml/v2"
 	"github.com/spf13/cobra"
 )
 
@@ -362,19 +363,37 @@ func (d *doctor) checkServiceKey() {
 	}
 }
 
-func (d *doctor) socketPath() string {
-	if d.o.socket != "" {
-		return d.o.socket
+// socketPath is the socket to check, and whether it is known: a
+// configuration that exists but does not load (a typo) may name another
+// socket than the default, which the daemon, started before the typo,
+// still serves. Its socket line is read on its own then (see
+// brokenConfigSocket).
+func (d *doctor) socketPath() (string, bool) {
+	switch {
+	case d.o.socket != "":
+		return d.o.socket, true
+	case d.cfg != nil && d.cfg.Socket != "":
+		return d.cfg.Socket, true
+	case d.cfg != nil:
+		return protocol.DefaultSocket, true
 	}
-	if d.cfg != nil && d.cfg.Socket != "" {
-		return d.cfg.Socket
+	if _, err := os.Stat(d.o.config); errors.Is(err, fs.ErrNotExist) {
+		return protocol.DefaultSocket, true
 	}
-	return protocol.DefaultSocket
+	if s, ok := brokenConfigSocket(d.o.config); ok {
+		return s, true
+	}
+	return protocol.DefaultSocket, false
 }
 
 func (d *doctor) checkSocket() {
-	path := d.socketPath()
+	path, known := d.socketPath()
 	fi, err := os.Stat(path)
+	if err != nil && !known {
+		d.warn("socket", "fix the configuration first, or name the socket with --socket",
+			"the configuration does not load, so the socket it names is not known; no daemon at %s", path)
+		return
+	}
 	if err != nil {
 		d.fail("socket", "start it with: sudo systemctl start parley-keyd.socket (without systemd: parley-keyd serve)", "%s: no daemon listens: %v", path, err)
 		return
@@ -418,6 +437,45 @@ func (d *doctor) checkSocket() {
 		return
 	}
 	d.ok("socket", "%s (group %s, mode %04o): parley-keyd %s answers as %s", path, group, fi.Mode().Perm(), m.Version, m.Principal)
+}
+
+// brokenConfigSocket reads the socket key of a configuration file that
+// does not load: leniently as TOML (unknown keys and other keys' values
+// ignored), else, where the file is not TOML, from a top-level line
+// socket = "…". A file that names no socket means the default. ok is
+// false when the file cannot be read or its socket line not found in a
+// file that does not parse.
+func brokenConfigSocket(path string) (string, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	var c struct {
+		Socket string `toml:"socket"`
+	}
+	if toml.Unmarshal(b, &c) == nil {
+		if c.Socket == "" {
+			return protocol.DefaultSocket, true
+		}
+		return c.Socket, true
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "[") {
+			break // a table: the socket key is top-level
+		}
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || strings.TrimSpace(k) != "socket" {
+			continue
+		}
+		var s string
+		if err := toml.Unmarshal([]byte("s = "+strings.TrimSpace(v)), &struct {
+			S *string `toml:"s"`
+		}{&s}); err == nil && filepath.IsAbs(s) {
+			return s, true
+		}
+	}
+	return "", false
 }
 
 func groupName(gid uint32) string {

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,6 +52,12 @@ type Client struct {
 	manOnce sync.Once
 	man     *protocol.Manifest
 	manErr  error
+
+	// The deadline for the daemon's first frame (Options.Answer).
+	path       string
+	answer     time.Duration
+	answered   atomic.Bool // a frame came
+	answerOnce sync.Once
 }
 
 type call struct {
@@ -76,6 +83,9 @@ var (
 	// ErrWrongServer means the socket is served by a user that is not the
 	// daemon's (see ServerError).
 	ErrWrongServer = errors.New("the parley-keyd socket is not served by the daemon's user")
+	// ErrNoAnswer means the socket took the connection but the daemon did
+	// not answer within Options.Answer: it is not starting.
+	ErrNoAnswer = errors.New("parley-keyd did not answer")
 )
 
 // ServerError says who serves a socket that the client refused to talk to.
@@ -101,6 +111,14 @@ type Options struct {
 	// protocol.DaemonUsers(""): PARLEY_KEYD_USER, else
 	// protocol.DefaultDaemonUser. See CheckServer.
 	ServerUsers []string
+	// Answer, when more than zero, is how long the daemon has to send
+	// its first frame once the first request is sent: a daemon that
+	// cannot start behind its activation socket takes connections (the
+	// service manager holds the socket) and never answers. Without an
+	// answer in time the connection ends, and every request on it fails
+	// with an error that matches ErrNoAnswer. Nothing more is sent for
+	// it: every request counts against the caller's rate.
+	Answer time.Duration
 }
 
 // Dial connects to the daemon at path with the default Options.
@@ -127,7 +145,26 @@ func DialWith(path string, o Options) (*Client, error) {
 	c := &Client{nc: nc, calls: map[string]*call{}, done: make(chan struct{}), reader: make(chan struct{}, 1),
 		fr: &clientReader{r: bufio.NewReaderSize(nc, readBuffer)}}
 	c.reader <- struct{}{}
+	c.path, c.answer = path, o.Answer
 	return c, nil
+}
+
+// awaitAnswer, called once a request is sent, ends the connection with
+// ErrNoAnswer when no frame has come from the daemon within Options.Answer
+// of the first request.
+func (c *Client) awaitAnswer() {
+	if c.answer <= 0 || c.answered.Load() {
+		return
+	}
+	c.answerOnce.Do(func() {
+		time.AfterFunc(c.answer, func() {
+			if c.answered.Load() {
+				return
+			}
+			c.shutdown(fmt.Errorf("%w: the socket %s took the connection, but the daemon did not answer within %s", ErrNoAnswer, c.path, c.answer))
+			c.nc.SetReadDeadline(longAgo) // wakes a reader
+		})
+	})
 }
 
 // CheckServer checks, with SO_PEERCRED, that the socket nc is served by
@@ -314,6 +351,9 @@ func (c *Client) readFor(ctx context.Context, id string) error {
 			return nil
 		}
 		line, err := c.fr.next()
+		if err == nil {
+			c.answered.Store(true)
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			c.nc.SetReadDeadline(time.Time{})
 			if ctx.Err() != nil {
@@ -390,6 +430,7 @@ func (c *Client) do(ctx context.Context, encode func(id string) ([]byte, error),
 		}
 		return nil, fmt.Errorf("send to parley-keyd: %w", err)
 	}
+	c.awaitAnswer()
 	for {
 		select {
 		case r, ok := <-cl.reply:
@@ -435,6 +476,10 @@ func (c *Client) Hello(ctx context.Context) (*protocol.Manifest, error) {
 	}
 	return &m, nil
 }
+
+// Principal returns the daemon's principal key, asking HELLO once per
+// connection; a grant's proof is made for it.
+func (c *Client) Principal(ctx context.Context) (string, error) { return c.principal(ctx) }
 
 func (c *Client) principal(ctx context.Context) (string, error) {
 	c.manOnce.Do(func() { c.man, c.manErr = c.Hello(ctx) })

@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/internal/filetrust"
 )
 
@@ -115,24 +116,9 @@ const (
 	DefaultSessions       = 4
 )
 
-// Duration is a time.Duration written as "3s" in TOML.
-type Duration struct{ time.Duration }
-
-// UnmarshalText parses a positive Go duration.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return err
-	}
-	if v <= 0 {
-		return fmt.Errorf("duration %q must be positive", b)
-	}
-	d.Duration = v
-	return nil
-}
-
-// MarshalText writes the duration as a Go duration string.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+// Duration is a time.Duration written as "3s" in TOML, read as every flag
+// and key that takes a duration is (internal/duration).
+type Duration = duration.Value
 
 // Check fills in defaults and returns an error naming the first key that is
 // missing or wrong for the chosen backend. It reads no file.

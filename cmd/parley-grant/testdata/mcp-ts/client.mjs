@@ -12,7 +12,9 @@
 // Environment: PARLEY_GRANT (the binary), PARLEY_KEYD_SOCKET and
 // PARLEY_AGENT_KEY (passed on to it), PARLEY_TEST_MODE ("all": every tool,
 // the default; "slow": one request that a human approves after more than
-// the client's default timeout), and for "all" PARLEY_TEST_SUBKEY (a
+// the client's default timeout; "documented": parley_status with the
+// server started as docs/cli.md shows, from PARLEY_TEST_SOCKET and
+// PARLEY_TEST_KEY), and for "all" PARLEY_TEST_SUBKEY (a
 // sub-agent key), PARLEY_TEST_CONSENT and PARLEY_TEST_PROPOSALS (files with
 // the service's consent_required ERROR frame and its PROPOSALS frame).
 import { readFileSync } from "node:fs";
@@ -24,12 +26,21 @@ const env = process.env;
 const start = Date.now();
 const out = (o) => process.stdout.write(JSON.stringify({ ...o, elapsed: Date.now() - start }) + "\n");
 
-const transport = new StdioClientTransport({
-  command: env.PARLEY_GRANT,
-  args: ["mcp"],
-  env: { ...env },
-  stderr: "inherit",
-});
+// In "documented" mode the server is started as docs/cli.md shows it for
+// this SDK: the socket and the key in the arguments, and no env, so it
+// gets only the SDK's default environment.
+const transport = new StdioClientTransport(env.PARLEY_TEST_MODE === "documented"
+  ? {
+    command: env.PARLEY_GRANT,
+    args: ["mcp", "--socket", env.PARLEY_TEST_SOCKET, "--key", env.PARLEY_TEST_KEY],
+    stderr: "inherit",
+  }
+  : {
+    command: env.PARLEY_GRANT,
+    args: ["mcp"],
+    env: { ...env },
+    stderr: "inherit",
+  });
 const client = new Client({ name: "parley-ts-test", version: "1.0.0" });
 client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => out({ step: "log", data: n.params.data }));
 await client.connect(transport);
@@ -64,6 +75,13 @@ async function decided(step, name, args) {
     res = await call(step, "parley_wait", { request: res.structuredContent.request });
   }
   return res;
+}
+
+if (env.PARLEY_TEST_MODE === "documented") {
+  await call("status", "parley_status", {});
+  out({ step: "done" });
+  await client.close();
+  process.exit(0);
 }
 
 if (env.PARLEY_TEST_MODE === "slow") {
