@@ -310,6 +310,11 @@ func (l *Log) scrubOnce(ctx context.Context) {
 	// Read once more before calling it damage: a file caught in the middle
 	// of a write (the daemon's, or the attacker's) shows a state that no
 	// longer holds. What the second reading finds is what is reported.
+	select {
+	case <-time.After(confirmWait):
+	case <-ctx.Done():
+		return
+	}
 	_, err = l.Scrub(ctx)
 	if ctx.Err() != nil {
 		return
@@ -505,6 +510,10 @@ func matchAck(acks []ackAt, i int, ae *Error) int {
 	}
 	return -1
 }
+
+// confirmWait is how long the scrub waits before it reads the log again to
+// confirm damage.
+const confirmWait = 200 * time.Millisecond
 
 // errStopped ends a scrub whose log closed.
 var errStopped = errors.New("the scrub was stopped")

@@ -142,8 +142,13 @@ func tamperSegmentN(t testing.TB, path string, n int, edit func(testing.TB, []st
 	if err != nil || len(segs) < 3 {
 		t.Fatalf("segments: %v", err)
 	}
+	// Replaced whole, as sed -i does: a reader sees the old file or the new.
 	p := segs[n].Path
-	writeLines(t, p, edit(t, fileLines(t, p)))
+	tmp := filepath.Join(filepath.Dir(p), "tampered.tmp")
+	writeLines(t, tmp, edit(t, fileLines(t, p)))
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestScrubFindsTamperingWhileRunning tampers with a closed segment of a
