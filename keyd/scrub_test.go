@@ -21,7 +21,7 @@ import (
 // scrubFast makes the daemon's scrub run every 50 ms, fast, over small
 // segments.
 func scrubFast(c *Config, o *Options) {
-	c.Audit.ScrubInterval = Duration{50 * time.Millisecond}
+	c.Audit.ScrubInterval = Duration{Duration: 50 * time.Millisecond}
 	c.Audit.ScrubRate = 1024
 	o.AuditOptions.SegmentSize = 4 << 10
 }
