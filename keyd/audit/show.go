@@ -15,6 +15,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/parley-keyd/parley-keyd/grant"
 )
 
 // Filter selects records for Read, Follow and ShowLog. The zero Filter
@@ -253,7 +255,11 @@ func ShowLog(ctx context.Context, path string, w io.Writer, o ShowOptions) error
 	bw := bufio.NewWriter(w)
 	fn := func(line []byte, rec *Record) error {
 		if o.JSON {
-			bw.Write(line)
+			// As stored, but what an agent sent (a caveat value) may
+			// hold bidi overrides or C1 controls that encoding/json
+			// leaves raw: they are written as \u escapes, which keeps
+			// the JSON's values (grant.EscapeJSONText).
+			bw.Write(grant.EscapeJSONText(line))
 		} else {
 			bw.WriteString(FormatRecord(rec))
 		}
