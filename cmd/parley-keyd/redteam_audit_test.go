@@ -48,6 +48,16 @@ func TestCLIAuditShowJSONNeutralizes(t *testing.T) {
 			t.Fatalf("U+%04X reached the terminal raw: %q", r, out)
 		}
 	}
+	// And as text.
+	text, err := exec.Command(filepath.Join(binaries(t), "parley-keyd"), "audit", "show", path).Output()
+	if err != nil {
+		t.Fatalf("audit show: %v", err)
+	}
+	for _, r := range string(text) {
+		if r != '\n' && grant.SafeText(string(r), 0) != string(r) {
+			t.Fatalf("audit show: U+%04X reached the terminal raw: %q", r, text)
+		}
+	}
 	found := false
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		var rec audit.Record
