@@ -1,8 +1,10 @@
 package keyd
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/user"
@@ -155,8 +157,12 @@ func LoadConfigFor(path string, uid uint32) (*Config, error) {
 	for _, f := range c.TrustedFiles() {
 		// A file that does not exist, in a folder only root and uid
 		// may write, is the business of whatever reads it.
-		if err := filetrust.Check(f.Path, uid); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		err := filetrust.Check(f.Path, uid)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			problems = append(problems, TrustProblem{What: f.What, Path: f.Path, Err: err})
+		}
+		if err == nil && f.What == "audit.witness_command" {
+			problems = append(problems, interpreterProblems(f, uid)...)
 		}
 	}
 	if err := c.CheckDaemonUser(uid); err != nil {
@@ -216,4 +222,66 @@ func LoadPolicy(cfg *Config) (*policies.Policy, error) {
 		return nil, err
 	}
 	return policies.Parse(data, cfg.PolicyPath())
+}
+
+// maxInterpreters is how many "#!" lines the kernel follows from a program
+// to the interpreter it runs (a script for a script), at most.
+const maxInterpreters = 4
+
+// interpreterProblems checks the interpreters a witness program's "#!" line
+// names, and theirs in turn: the kernel runs them, as the daemon's user,
+// with the checkpoint on their input, so each is a program the daemon runs
+// (property 12). Attack: a script of root's whose "#!" names an
+// interpreter in a folder an agent owns; the agent replaces the
+// interpreter. An absolute path given as the line's argument is checked
+// too, as a witness_command's arguments are.
+func interpreterProblems(f TrustedFile, uid uint32) []TrustProblem {
+	var out []TrustProblem
+	path := f.Path
+	for range maxInterpreters {
+		interp, arg, err := shebang(path, uid)
+		if err != nil || interp == "" {
+			return out
+		}
+		for _, p := range []string{interp, arg} {
+			if p == "" || (p == arg && !filepath.IsAbs(p)) {
+				continue
+			}
+			if err := filetrust.Check(p, uid); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				out = append(out, TrustProblem{What: f.What, Path: p, Err: err})
+			}
+		}
+		path = interp
+	}
+	return out
+}
+
+// shebang returns the interpreter and its one argument that the "#!" line
+// of the file at path names, as the kernel reads them (the line's first 256
+// bytes; the interpreter ends at a space or a tab), or "" when the file
+// has no such line. A file that is not regular has none.
+func shebang(path string, uid uint32) (interp, arg string, err error) {
+	file, err := filetrust.Open(path, uid)
+	if err != nil {
+		return "", "", err
+	}
+	defer file.Close()
+	buf := make([]byte, 256)
+	n, err := io.ReadFull(file, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return "", "", err
+	}
+	line, ok := bytes.CutPrefix(buf[:n], []byte("#!"))
+	if !ok {
+		return "", "", nil
+	}
+	if i := bytes.IndexByte(line, '\n'); i >= 0 {
+		line = line[:i]
+	}
+	line = bytes.Trim(line, " \t")
+	i := bytes.IndexAny(line, " \t")
+	if i < 0 {
+		return string(line), "", nil
+	}
+	return string(line[:i]), string(bytes.Trim(line[i:], " \t")), nil
 }

@@ -9,8 +9,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/spf13/cobra"
@@ -139,49 +137,10 @@ func encodeJSON(w io.Writer, v any) error {
 	return err
 }
 
-// escapeJSONText returns the JSON text b with every character that
-// grant.SafeText would escape written as a \u escape, and any byte that is
-// not UTF-8 as \ufffd. encoding/json escapes C0 controls but leaves DEL,
-// C1 controls, bidi overrides (U+202E), zero-width and tag characters as
-// they are, and raw JSON (a proposal, an audit record) passes through it as
-// sent: printed raw they would reach the terminal. Outside strings JSON
-// text is ASCII, so every such character is inside a string, and the
-// escape leaves its value unchanged: a program reading the output gets
-// exactly what the daemon sent (a proposal still re-hashes to its hash).
-func escapeJSONText(b []byte) []byte {
-	out := make([]byte, 0, len(b))
-	for i := 0; i < len(b); {
-		c := b[i]
-		if c == '\r' {
-			// Only white space between tokens can be a raw CR (in a
-			// string it is escaped, or the JSON is not valid): a space
-			// means the same and cannot move the cursor.
-			out = append(out, ' ')
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf && c != 0x7f {
-			out = append(out, c)
-			i++
-			continue
-		}
-		r, n := utf8.DecodeRune(b[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			out = append(out, `\ufffd`...)
-		case c == 0x7f || grant.SafeText(string(b[i:i+n]), 0) != string(b[i:i+n]):
-			if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
-				out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
-			} else {
-				out = fmt.Appendf(out, `\u%04x`, r)
-			}
-		default:
-			out = append(out, b[i:i+n]...)
-		}
-		i += n
-	}
-	return out
-}
+// escapeJSONText is grant.EscapeJSONText: raw JSON from the socket (a
+// proposal, an audit record) printed with every character that could steer
+// a terminal as a \u escape, its values unchanged.
+func escapeJSONText(b []byte) []byte { return grant.EscapeJSONText(b) }
 
 // wantsJSON reports whether cmd was run with --json.
 func wantsJSON(cmd *cobra.Command) bool {

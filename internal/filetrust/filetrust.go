@@ -433,3 +433,62 @@ func groupName(gid uint32) string {
 	}
 	return "gid " + strconv.FormatUint(uint64(gid), 10)
 }
+
+// aclRead is the read bit of a POSIX ACL entry.
+const aclRead = 0x04
+
+// OthersRead says who besides root and the user uid may read the file f
+// (opened from path): every user (o+r), its group when anyone else is in
+// it (g+r), or a user or group an ACL entry names. It returns "" when
+// nobody else may. For secrets: a key service token or PIN that an agent
+// can read lets the agent sign as the principal without the daemon.
+func OthersRead(f *os.File, uid uint32) (string, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", fmt.Errorf("%s: cannot read its owner", f.Name())
+	}
+	w := &walker{file: f.Name(), uid: uid}
+	mode := fi.Mode().Perm()
+	switch {
+	case !w.trusted(st.Uid):
+		return "its owner " + userName(st.Uid), nil
+	case mode&0o004 != 0:
+		return fmt.Sprintf("every user (mode %04o)", mode), nil
+	case mode&0o040 != 0:
+		if m := w.otherMember(st.Gid); m != "" {
+			return fmt.Sprintf("group %s (mode %04o), %s", groupName(st.Gid), mode, m), nil
+		}
+	}
+	buf := make([]byte, 1<<16)
+	n, err := unix.Fgetxattr(int(f.Fd()), "system.posix_acl_access", buf)
+	if noXattr(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "an ACL that cannot be read", nil
+	}
+	entries, err := parseACL(buf[:n])
+	if err != nil {
+		return "an ACL that cannot be read", nil
+	}
+	for _, e := range entries {
+		if e.perm&aclRead == 0 {
+			continue
+		}
+		switch e.tag {
+		case aclUser:
+			if !w.trusted(e.id) {
+				return "an ACL entry for user " + userName(e.id), nil
+			}
+		case aclGroup:
+			if m := w.otherMember(e.id); m != "" {
+				return fmt.Sprintf("an ACL entry for group %s, %s", groupName(e.id), m), nil
+			}
+		}
+	}
+	return "", nil
+}

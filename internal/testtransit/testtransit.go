@@ -25,6 +25,7 @@
 package testtransit
 
 import (
+	"compress/gzip"
 	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -77,6 +78,9 @@ type Fault struct {
 	// goes on for ever, or with Status an error body that does. It ends
 	// when the client goes away or the server closes.
 	Endless bool
+	// Gzip sends an Endless body gzip-compressed, with Content-Encoding:
+	// gzip: a few KiB on the wire that inflate to gigabytes.
+	Gzip bool
 	// Drip sends the genuine reply one byte at a time, this long apart.
 	Drip time.Duration
 	// Redirect answers with RedirectStatus (307 when 0) and a Location of
@@ -356,7 +360,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			if f.Status != 0 {
 				status = f.Status
 			}
-			s.stream(w, r, status)
+			s.stream(w, r, status, f.Gzip)
 			return
 		}
 		if f.Status != 0 {
@@ -386,15 +390,23 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 // stream answers with a JSON body that never ends: a reply whose one
 // string (a signature, or an error) goes on until the client goes away.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, status int) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
+func (s *Server) stream(rw http.ResponseWriter, r *http.Request, status int, zip bool) {
+	rw.Header().Set("Content-Type", "application/json")
+	var w io.Writer = rw
+	var zw *gzip.Writer
+	if zip {
+		rw.Header().Set("Content-Encoding", "gzip")
+		zw = gzip.NewWriter(rw)
+		defer zw.Close()
+		w = zw
+	}
+	rw.WriteHeader(status)
 	head := `{"data":{"key_version":1,"signature":"vault:v1:`
 	if status >= 400 {
 		head = `{"errors":["`
 	}
 	chunk := []byte(strings.Repeat("QUFB", 16<<10))
-	flusher, _ := w.(http.Flusher)
+	flusher, _ := rw.(http.Flusher)
 	if _, err := io.WriteString(w, head); err != nil {
 		return
 	}
@@ -410,6 +422,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, status int) {
 		s.Streamed.Add(int64(n))
 		if err != nil {
 			return
+		}
+		if zw != nil {
+			zw.Flush()
 		}
 		if flusher != nil {
 			flusher.Flush()

@@ -479,7 +479,7 @@ func findAcks(files []string) []ackAt {
 		if i == 0 {
 			continue
 		}
-		f, err := os.Open(name)
+		f, err := openLogFile(name)
 		if err != nil {
 			continue
 		}

@@ -15,6 +15,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/parley-keyd/parley-keyd/grant"
 )
 
 // Filter selects records for Read, Follow and ShowLog. The zero Filter
@@ -68,7 +70,7 @@ func Read(path string, f Filter, fn func(line []byte, rec *Record) error) error 
 		if !s.Active && i+1 < len(segs) && segs[i+1].First != 0 && segs[i+1].First <= f.FromSeq {
 			continue // every record of s is before FromSeq
 		}
-		file, err := os.Open(s.Path)
+		file, err := openLogFile(s.Path)
 		if err != nil {
 			return fmt.Errorf("audit log: %w", err)
 		}
@@ -134,7 +136,7 @@ func lineSeq(b []byte) (uint64, bool) {
 // calls fn for the records f selects, and returns the offset after the last
 // complete line.
 func readFile(name string, off int64, f *Filter, fn func([]byte, *Record) error) (int64, error) {
-	file, err := os.Open(name)
+	file, err := openLogFile(name)
 	if err != nil {
 		return off, fmt.Errorf("audit log: %w", err)
 	}
@@ -210,7 +212,7 @@ func Follow(ctx context.Context, path string, f Filter, poll time.Duration, fn f
 	defer t.Stop()
 	for {
 		if cur == nil {
-			if file, err := os.Open(path); err == nil {
+			if file, err := openLogFile(path); err == nil {
 				cur, off = file, 0
 			}
 		}
@@ -253,7 +255,11 @@ func ShowLog(ctx context.Context, path string, w io.Writer, o ShowOptions) error
 	bw := bufio.NewWriter(w)
 	fn := func(line []byte, rec *Record) error {
 		if o.JSON {
-			bw.Write(line)
+			// As stored, but what an agent sent (a caveat value) may
+			// hold bidi overrides or C1 controls that encoding/json
+			// leaves raw: they are written as \u escapes, which keeps
+			// the JSON's values (grant.EscapeJSONText).
+			bw.Write(grant.EscapeJSONText(line))
 		} else {
 			bw.WriteString(FormatRecord(rec))
 		}
@@ -461,4 +467,25 @@ func escape(s string, max int, spaces bool) string {
 		n++
 	}
 	return b.String()
+}
+
+// openLogFile opens a file of the log for reading without waiting, and
+// refuses anything but a regular file. Attack: the daemon's user swaps a
+// named pipe in for a segment right after root's command checked the
+// folder (stateowner.go); an open for reading would wait for a writer for
+// ever, and audit show or verify with it.
+func openLogFile(name string) (*os.File, error) {
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file (%s)", name, fi.Mode().Type())
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }

@@ -449,7 +449,7 @@ func verifyLog(ctx context.Context, path string, o VerifyOptions, rate int64) (*
 			files, fds = files[:0], fds[:0]
 			var oerr error
 			for _, s := range segs {
-				f, err := os.Open(s.Path)
+				f, err := openLogFile(s.Path)
 				if err != nil {
 					oerr = err
 					break
@@ -534,7 +534,7 @@ func verifyLog(ctx context.Context, path string, o VerifyOptions, rate int64) (*
 			}
 		} else {
 			var err error
-			if f, err = os.Open(name); err != nil {
+			if f, err = openLogFile(name); err != nil {
 				return nil, fmt.Errorf("audit log: %w", err)
 			}
 			defer f.Close()

@@ -28,7 +28,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -256,6 +258,14 @@ func ReadCredential(name string) ([]byte, error) {
 	case fi.Size() > maxCredential:
 		return nil, fmt.Errorf("credential %s is %d bytes, too large for a token, id or PIN", path, fi.Size())
 	}
+	// Credential theft through a group or an ACL: a token of root's,
+	// 0640, whose group an agent is in lets the agent sign as the
+	// principal at the key service, past the daemon and its log.
+	if who, err := filetrust.OthersRead(f, uint32(os.Geteuid())); err != nil {
+		return nil, fmt.Errorf("credential: %w", err)
+	} else if who != "" {
+		return nil, fmt.Errorf("credential %s may be read by %s: only root and the daemon's user may read it (fix: chown %s %s && chmod 0600 %s, or load it with LoadCredential= in the unit)", path, who, daemonUserName(), path, path)
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxCredential))
 	if err != nil {
 		return nil, fmt.Errorf("credential %s: %w", path, err)
@@ -408,4 +418,12 @@ timeout = "2s"
 # "transit" (OpenBao or Vault) or "pkcs11" (an HSM). docs/key-service.md.
 backend = "file"
 `
+}
+
+// daemonUserName names this process's user, the daemon's.
+func daemonUserName() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(os.Geteuid())
 }

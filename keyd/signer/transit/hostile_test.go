@@ -42,6 +42,10 @@ func TestHostileBodiesAreBounded(t *testing.T) {
 		{"fail/endless-error-body", testtransit.Fault{Path: "/sign/", Endless: true, Status: 500}, "HTTP 500"},
 		{"fail/endless-403-body", testtransit.Fault{Path: "/sign/", Endless: true, Status: 403}, "HTTP 403"},
 		{"fail/endless-key-read", testtransit.Fault{Path: "/keys/", Endless: true}, "longer than"},
+		// A gzip bomb: the client asks for gzip and inflates what comes,
+		// so the bound must hold on the inflated bytes.
+		{"fail/gzip-bomb-signature", testtransit.Fault{Path: "/sign/", Endless: true, Gzip: true}, "longer than"},
+		{"fail/gzip-bomb-error-body", testtransit.Fault{Path: "/sign/", Endless: true, Gzip: true, Status: 500}, "HTTP 500"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, false)
