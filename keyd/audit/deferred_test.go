@@ -232,3 +232,32 @@ func TestDeferredNewLogIsHeld(t *testing.T) {
 	}
 	mustClose(t, l)
 }
+
+// The scrub checks a deferred log once its open checkpoint is written: a
+// new log has no file before, which is no damage.
+func TestDeferredLogIsScrubbedOnceStarted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	key := &downSigner{k: testKey("daemon")}
+	key.down.Store(true)
+	o := deferredOptions(key)
+	o.ScrubDelay, o.ScrubInterval = time.Millisecond, time.Hour
+	l := openWith(t, o, path)
+	defer l.Close()
+	l.Start(Record{Kind: KindStart})
+	// Several attempts at the open checkpoint: far past the scrub's delay.
+	deadline := time.Now().Add(10 * time.Second)
+	for key.n.Load() < 6 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if runs, _ := l.ScrubRuns(); runs != 0 || l.Damage() != nil {
+		t.Fatalf("scrubbed before the open checkpoint: %d runs, damage %v", runs, l.Damage())
+	}
+	key.down.Store(false)
+	waitStarted(t, l)
+	for runs, _ := l.ScrubRuns(); runs == 0 && time.Now().Before(deadline); runs, _ = l.ScrubRuns() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if runs, _ := l.ScrubRuns(); runs == 0 || l.Damage() != nil {
+		t.Fatalf("after the open checkpoint: %d scrubs, damage %v", runs, l.Damage())
+	}
+}

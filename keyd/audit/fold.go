@@ -131,6 +131,11 @@ func foldKey(rec Record) string {
 // with all), holding wmu. Runs whose record cannot be written
 // are kept, counts and all, for the next attempt.
 func (l *Log) flushFolds(all bool) error {
+	if !l.started.Load() {
+		// A deferred log writes nothing before its open checkpoint; the
+		// counts wait for it.
+		return nil
+	}
 	now := l.now()
 	l.folds.mu.Lock()
 	runs := l.folds.unwritten

@@ -211,6 +211,13 @@ func (l *Log) scrubLoop() {
 		case <-ctx.Done():
 		}
 	}()
+	// A deferred log is checked once its open checkpoint is written: a
+	// new one has no file before.
+	select {
+	case <-l.opened:
+	case <-l.stop:
+		return
+	}
 	// An acknowledgement made while the daemon was stopped.
 	l.checkAck()
 	interval := l.o.ScrubInterval
