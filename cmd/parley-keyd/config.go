@@ -49,10 +49,25 @@ func initCommand(config, state string) string {
 	}
 	// Where the key is in a key service, init must say so: without
 	// --backend it would make a file key (which it refuses to do there).
-	if cfg, err := keyd.LoadConfig(config); err == nil && cfg.Key.Backend != signer.File {
-		c += " --backend " + cfg.Key.Backend
+	if b := configBackend(config); b != "" && b != signer.File {
+		c += " --backend " + b
 	}
 	return c
+}
+
+// configBackend returns the [key] backend the configuration at path names,
+// or "" when it cannot be read or parsed. Only for hints and for init's
+// refusal to make a file key: it does not vouch for the file.
+func configBackend(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	cfg, err := keyd.ParseConfig(data, path)
+	if err != nil {
+		return ""
+	}
+	return cfg.Key.Backend
 }
 
 // writable reports whether this process may create files in dir, or dir's

@@ -245,8 +245,8 @@ func refuseOwnUser(uid uint32, agents, approvers []string, cfgPath string) error
 // serve would then refuse the key service's key.
 func checkNotKeyService(o initOptions) error {
 	cfgPath := filepath.Join(o.configDir, "config.toml")
-	if cfg, err := keyd.LoadConfig(cfgPath); err == nil && cfg.Key.Backend != signer.File {
-		return withHint(fmt.Errorf("%s says the principal key is in the %s backend; init without --backend would make a file key instead", cfgPath, cfg.Key.Backend),
+	if b := configBackend(cfgPath); b != "" && b != signer.File {
+		return withHint(fmt.Errorf("%s says the principal key is in the %s backend; init without --backend would make a file key instead", cfgPath, b),
 			initCommand(cfgPath, o.state)+" (it uses the key that is there, and keeps principal.pub)")
 	}
 	pubPath := filepath.Join(o.state, keystore.PublicKeyFileName)

@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
@@ -107,7 +108,14 @@ func initKeyService(o initOptions) error {
 		return withHint(fmt.Errorf("wrote %s with a [key.%s] table to fill in", configPath, kind),
 			"set the key service's details there, then run the same init again")
 	}
-	cfg, err := keyd.LoadConfig(configPath)
+	// The configuration as the daemon will trust it: for its user, not
+	// for root, which runs init.
+	uid := uint32(os.Geteuid())
+	if owner != nil {
+		n, _ := strconv.ParseUint(owner.Uid, 10, 32)
+		uid = uint32(n)
+	}
+	cfg, err := keyd.LoadConfigFor(configPath, uid)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
