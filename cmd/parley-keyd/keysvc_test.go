@@ -175,6 +175,12 @@ func TestFailedStartWritesNoOpenCheckpoint(t *testing.T) {
 	b.keyd(true, "init", "--state", b.state, "--socket", b.sock, "--agent-user", u.Username, "--approver-user", u.Username)
 	os.WriteFile(filepath.Join(b.state, "policy.toml"), []byte(backendPolicy), 0o640)
 	b.serve()
+	// The socket accepts before the daemon has written its start record:
+	// wait for it, so that SIGTERM comes to a running daemon.
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(kindsOf(auditRecords(t, b.state)), "start") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	b.stop()
 	before, err := os.ReadFile(filepath.Join(b.state, "audit.log"))
 	if err != nil {
