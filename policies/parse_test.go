@@ -65,7 +65,7 @@ func TestParseErrors(t *testing.T) {
 		{"fail/rule-svc-zero-width", base + "[[rule]]\nagents = [\"*\"]\naction = \"ask\"\nsvc = [\"a\u200bb\"]", 7, "space or control"},
 		{"fail/rule-max-exp-bad", base + "[[rule]]\nagents = [\"*\"]\naction = \"ask\"\nmax_exp = \"an hour\"", 7, "want a number then a unit"},
 		{"fail/rule-max-exp-number", base + "[[rule]]\nagents = [\"*\"]\naction = \"ask\"\nmax_exp = 3600", 7, "must be a string"},
-		{"fail/rule-max-exp-negative", base + "[[rule]]\nagents = [\"*\"]\naction = \"ask\"\nmax_exp = \"-1h\"", 7, "want a number then a unit"},
+		{"fail/rule-max-exp-negative", base + "[[rule]]\nagents = [\"*\"]\naction = \"ask\"\nmax_exp = \"-1h\"", 7, "must be positive"},
 		{"fail/rule-max-exp-fraction", base + "[[rule]]\nagents = [\"*\"]\naction = \"ask\"\nmax_exp = \"1.5s\"", 7, "whole numbers only"},
 		{"fail/rule-max-exp-above-ceiling", base + "[[rule]]\nagents = [\"*\"]\naction = \"ask\"\nmax_exp = \"31d\"", 7, "ceiling"},
 		{"fail/rule-max-exp-huge-days", base + "[[rule]]\nagents = [\"*\"]\naction = \"ask\"\nmax_exp = \"99999999999999999999d\"", 7, "too long"},

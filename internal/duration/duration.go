@@ -33,6 +33,9 @@ func Parse(s string) (time.Duration, error) {
 		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 			i++
 		}
+		if i == 0 && s[0] == '-' {
+			return 0, fmt.Errorf("duration %q: must be positive, such as 90s or 7d", orig)
+		}
 		if i == 0 {
 			return 0, fmt.Errorf("duration %q: want a number then a unit (%s), such as 90s or 7d", orig, unitNames)
 		}
