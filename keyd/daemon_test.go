@@ -96,7 +96,7 @@ func TestAuditConfigRefusals(t *testing.T) {
 		{"fail/relative-command", `witness_command = ["ship"]`, "absolute path"},
 		{"fail/negative", `checkpoint_every = -1`, "negative"},
 		{"fail/negative-scrub-rate", `scrub_rate = -1`, "cannot be turned off"},
-		{"fail/negative-scrub-interval", `scrub_interval = "-1h"`, "want a number then a unit"},
+		{"fail/negative-scrub-interval", `scrub_interval = "-1h"`, "must be positive"},
 		{"fail/unknown-key", `witness = "/x"`, "unknown key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
