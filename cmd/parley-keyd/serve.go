@@ -70,6 +70,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	jl := journal.New(journal.Options{Identifier: "parley-keyd"})
 	defer jl.Close()
 	logger := log.New(journalWriter{jl}, "", 0)
+	onAbort(state, jl.Journal())
 	// First of all: no core dumps, no ptrace or /proc/PID/mem by our own uid.
 	rep, err := keyd.Harden()
 	if err != nil {
