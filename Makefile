@@ -50,7 +50,7 @@ lint:
 # not go run, which would turn every status into 1.)
 unit: mcp-ts-modules
 	@$(GO) build -o bin/testsummary ./internal/testsummary
-	@bin/testsummary -race -count=1 ./...
+	@bin/testsummary -race -count=1 -timeout 30m ./...
 
 # The TypeScript MCP client's modules, for its tests: npm ci when they are
 # missing or older than the lock file, from npm's cache first. When npm or
