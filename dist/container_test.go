@@ -65,9 +65,17 @@ func (c *container) boot() {
 		c.leader = childNamed(cmd.Process.Pid, "systemd")
 		time.Sleep(50 * time.Millisecond)
 	}
-	out, _ := c.try(90*time.Second, "systemctl is-system-running --wait")
-	if state := strings.TrimSpace(out); state != "running" && state != "degraded" {
-		c.t.Fatalf("the container's systemd is %q, not running\n%s", state, c.logTail())
+	// Until systemd listens on its private bus, systemctl cannot ask.
+	for {
+		out, _ := c.try(90*time.Second, "systemctl is-system-running --wait")
+		state := strings.TrimSpace(out)
+		if state == "running" || state == "degraded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the container's systemd is %q, not running\n%s", state, c.logTail())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
