@@ -495,7 +495,7 @@ func socketGroupHint(path, want string) string {
 	out, _ := procgroup.Output(procgroup.Command(ctx, "systemctl", "show", "--property", "RuntimeDirectory", "--value", "parley-keyd.service"), 4096)
 	for _, dir := range strings.Fields(string(out)) {
 		if filepath.Join("/run", dir) == filepath.Dir(path) {
-			return "remove RuntimeDirectory=" + dir + " from parley-keyd.service (systemd gives that folder, socket included, to the daemon's group at each start), then: sudo systemctl daemon-reload && " + restart
+			return "parley-keyd.service has RuntimeDirectory=" + dir + ", and systemd gives that folder, socket included, to the daemon's group at each start: install the current unit, which has none, or clear it with sudo systemctl edit parley-keyd.service (an empty RuntimeDirectory= line under [Service]), then: " + restart
 		}
 	}
 	return "SocketGroup= in parley-keyd.socket decides the group: make it " + want + ", then: " + restart
