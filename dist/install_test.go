@@ -33,6 +33,7 @@ func requireContainer(t *testing.T) {
 // systemd, and nothing more than the README's init line.
 func TestPackageUnderSystemd(t *testing.T) {
 	requireContainer(t)
+	testpeer.LockTree(t)
 	out, err := exec.Command("make", "-C", "..", "deb").CombinedOutput()
 	if err != nil {
 		t.Fatalf("make deb: %v\n%s", err, out)
@@ -103,17 +104,22 @@ func TestPackageUnderSystemd(t *testing.T) {
 // the same checks as the package's, then make uninstall.
 func TestMakeInstallUnderSystemd(t *testing.T) {
 	requireContainer(t)
-	if out, err := exec.Command("make", "-C", "..", "build", "bin/docs").CombinedOutput(); err != nil {
-		t.Fatalf("make build: %v\n%s", err, out)
-	}
 	c := newContainer(t)
 	src := filepath.Join(c.root, "root/src")
 	os.MkdirAll(filepath.Join(src, "bin"), 0o755)
-	for _, f := range []string{"Makefile", "dist", "bin/parley-keyd", "bin/parley-grant", "bin/docs"} {
-		if out, err := exec.Command("cp", "-a", filepath.Join("..", f), filepath.Join(src, f)).CombinedOutput(); err != nil {
-			t.Fatalf("cp %s: %v\n%s", f, err, out)
+	func() {
+		// The tree's lock only while make build runs and its output is
+		// copied.
+		defer testpeer.LockTree(t)()
+		if out, err := exec.Command("make", "-C", "..", "build", "bin/docs").CombinedOutput(); err != nil {
+			t.Fatalf("make build: %v\n%s", err, out)
 		}
-	}
+		for _, f := range []string{"Makefile", "dist", "bin/parley-keyd", "bin/parley-grant", "bin/docs"} {
+			if out, err := exec.Command("cp", "-a", filepath.Join("..", f), filepath.Join(src, f)).CombinedOutput(); err != nil {
+				t.Fatalf("cp %s: %v\n%s", f, err, out)
+			}
+		}
+	}()
 	if out, err := c.try(5*time.Second, "command -v go"); err == nil {
 		t.Fatalf("the container has Go: %s", out)
 	}

@@ -22,6 +22,7 @@ func TestMakeInstall(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		testpeer.Unavailable(t, "needs make")
 	}
+	testpeer.LockTree(t)
 	dest := t.TempDir()
 	// Files of other packages in the same folders, which uninstall must
 	// leave alone.
