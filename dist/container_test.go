@@ -182,13 +182,27 @@ func (c *container) stop(reboot bool) {
 	select {
 	case <-c.exited:
 	case <-time.After(90 * time.Second):
-		c.cmd.Process.Kill()
-		<-c.exited
+		c.kill()
 		c.t.Errorf("the container did not %s in 90 s", verb)
 	}
 	c.cmd = nil
 	if reboot {
 		c.boot()
+	}
+}
+
+// kill ends the container at once: its PID 1 first, with which the kernel
+// ends every process of its PID namespace (nspawn killed alone would leave
+// them running), then nspawn.
+func (c *container) kill() {
+	if c.leader != 0 {
+		syscall.Kill(c.leader, syscall.SIGKILL)
+	}
+	select {
+	case <-c.exited:
+	case <-time.After(10 * time.Second):
+		c.cmd.Process.Kill()
+		<-c.exited
 	}
 }
 
@@ -214,8 +228,7 @@ func newContainer(t *testing.T) *container {
 			select {
 			case <-c.exited:
 			case <-time.After(60 * time.Second):
-				c.cmd.Process.Kill()
-				<-c.exited
+				c.kill()
 			}
 		}
 		removeNewCgroups(before)
