@@ -230,10 +230,11 @@ func (e *e2e) try(who ids, bin string, args ...string) result {
 	return result{out.String(), errb.String(), code}
 }
 
-// start runs the daemon as its own user and waits until it accepts.
-func (e *e2e) start() {
+// start runs the daemon as its own user, with args added to serve's, and
+// waits until it accepts.
+func (e *e2e) start(args ...string) {
 	e.t.Helper()
-	cmd := testpeer.RunAs(e.daemon.uid, e.daemon.gid, nil, filepath.Join(e.bin, "parley-keyd"), "serve", "--state", e.state)
+	cmd := testpeer.RunAs(e.daemon.uid, e.daemon.gid, nil, filepath.Join(e.bin, "parley-keyd"), append([]string{"serve", "--state", e.state}, args...)...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "PARLEY_KEYD_CONFIG_DIR=" + e.etc}
 	e.stderr = &syncBuffer{}
 	cmd.Stderr = e.stderr

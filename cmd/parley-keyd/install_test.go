@@ -22,6 +22,7 @@ func TestMakeInstall(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		testpeer.Unavailable(t, "needs make")
 	}
+	testpeer.LockTree(t)
 	dest := t.TempDir()
 	// Files of other packages in the same folders, which uninstall must
 	// leave alone.
@@ -33,10 +34,37 @@ func TestMakeInstall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	os.MkdirAll(filepath.Join(dest, "usr/share/man/man1"), 0o755)
 	before := treeFiles(t, dest)
+	beforeDirs := treeDirs(t, dest)
+	// As sudo make install runs after make build: secure_path has no Go
+	// (issue 21, item 5). make build runs first, with Go.
+	if out, err := exec.Command("make", "-C", "../..", "build").CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	noGo := append(os.Environ(), "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+	if _, err := exec.LookPath("/usr/bin/go"); err == nil {
+		t.Log("/usr/bin/go exists: make install and uninstall are run with it on PATH")
+	}
 	cmd := exec.Command("make", "-C", "../..", "install", "DESTDIR="+dest, "PREFIX=/usr")
+	cmd.Env = noGo
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make install: %v\n%s", err, out)
+		t.Fatalf("make install without Go: %v\n%s", err, out)
+	}
+	manifest, err := os.ReadFile(filepath.Join(dest, "usr/share/parley-keyd/installed-files"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(manifest)) {
+		if strings.HasSuffix(f, "/") {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(dest, f)); err != nil {
+			t.Errorf("the manifest names %s, which install did not put in place", f)
+		}
+	}
+	if got, want := len(strings.Fields(string(manifest))), len(treeFiles(t, dest))-len(before); got < want {
+		t.Errorf("the manifest names %d paths, fewer than the %d files install put in place", got, want)
 	}
 	for _, f := range []string{
 		"usr/bin/parley-keyd", "usr/bin/parley-grant",
@@ -80,11 +108,19 @@ func TestMakeInstall(t *testing.T) {
 	}
 	unit, _ := os.ReadFile(filepath.Join(dest, "usr/lib/systemd/system/parley-keyd.service"))
 	for _, want := range []string{"User=parley-keyd", "ExecStart=/usr/bin/parley-keyd serve", "NoNewPrivileges=yes",
-		"ProtectSystem=strict", "PrivateTmp=yes", "StateDirectory=parley-keyd", "RuntimeDirectory=parley-keyd", "LimitCORE=0",
-		"Type=notify", "NotifyAccess=main", "WatchdogSec=", "--config /etc/parley-keyd/config.toml"} {
+		"ProtectSystem=strict", "PrivateTmp=yes", "StateDirectory=parley-keyd", "LimitCORE=0",
+		"Type=notify", "NotifyAccess=main", "WatchdogSec=", "--config /etc/parley-keyd/config.toml",
+		"\nRestartPreventExitStatus=2 4 5\n", "\nStartLimitBurst=", "\nStartLimitIntervalSec="} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("service unit lacks %q", want)
 		}
+	}
+	// Issue 21, item 1: systemd chowns a service's RuntimeDirectory=, the
+	// socket in it included, to the service's user and group at every
+	// start, and agents of parley-agents could no longer connect. (The
+	// container test of dist/ shows it under a real systemd.)
+	if regexp.MustCompile(`(?m)^RuntimeDirectory=`).Match(unit) {
+		t.Error("the service unit has a RuntimeDirectory=, which would take the socket's group at each start")
 	}
 	if strings.Contains(string(unit), "@BINDIR@") {
 		t.Error("service unit still holds @BINDIR@")
@@ -103,18 +139,42 @@ func TestMakeInstall(t *testing.T) {
 	// Uninstall: what install put is gone, nothing else, and the output
 	// says what it kept.
 	cmd = exec.Command("make", "-C", "../..", "uninstall", "DESTDIR="+dest, "PREFIX=/usr")
+	cmd.Env = noGo
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("make uninstall: %v\n%s", err, out)
+		t.Fatalf("make uninstall without Go: %v\n%s", err, out)
 	}
 	if after := treeFiles(t, dest); !slices.Equal(after, before) {
 		t.Errorf("after uninstall the tree holds %q, want what was there before install, %q", after, before)
+	}
+	// The folders install made are gone too; those that were there stay.
+	if after := treeDirs(t, dest); !slices.Equal(after, beforeDirs) {
+		t.Errorf("after uninstall the tree has the folders %q, want those before install, %q", after, beforeDirs)
 	}
 	for _, kept := range []string{"/var/lib/parley-keyd", "/etc/parley-keyd", "the user parley-keyd"} {
 		if !strings.Contains(string(out), kept) {
 			t.Errorf("make uninstall does not say it kept %s:\n%s", kept, out)
 		}
 	}
+}
+
+// treeDirs lists the folders under dir, relative to it.
+func treeDirs(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		out = append(out, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // treeFiles lists the files under dir (not folders), relative to it.

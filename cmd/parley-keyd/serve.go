@@ -31,19 +31,23 @@ func newServeCmd() *cobra.Command {
 agents and approvers on the Unix socket. It accepts a socket passed by systemd
 socket activation. SIGHUP reloads the configuration and the policy (an invalid
 file leaves the old one in force); SIGTERM answers waiting requests and exits.
+SIGABRT (systemd's watchdog) writes every goroutine's stack to
+STATE/watchdog.dump, one line to the journal, and exits 1 at once.
 
 Exit statuses, stable, as for every parley-keyd command:
 
   0  stopped by SIGTERM or SIGINT, waiting requests answered
   1  failure: the key, the state folder, the audit log or the socket
      cannot be used (the message says which), another daemon runs on
-     the state folder, or the configuration file is missing or unreadable
+     the state folder, or the configuration file is missing or
+     unreadable; also after SIGABRT
   2  usage: an unknown flag, an argument
   4  the policy file is invalid: the daemon does not start
   5  the configuration file is invalid: the daemon does not start
 
-2, 4 and 5 need an admin's fix: restarting does not help. A watchdog
-timeout ends the daemon with SIGABRT, a signal rather than a status.`,
+2, 4 and 5 need an admin's fix: restarting does not help, and the shipped
+unit does not (RestartPreventExitStatus=2 4 5). It restarts the others, at
+most 5 times a minute.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return serve(state, config, socket, passFile)
@@ -70,6 +74,7 @@ func serve(state, configPath, socketFlag, passFile string) error {
 	jl := journal.New(journal.Options{Identifier: "parley-keyd"})
 	defer jl.Close()
 	logger := log.New(journalWriter{jl}, "", 0)
+	onAbort(state, jl.Journal())
 	// First of all: no core dumps, no ptrace or /proc/PID/mem by our own uid.
 	rep, err := keyd.Harden()
 	if err != nil {

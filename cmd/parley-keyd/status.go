@@ -406,8 +406,11 @@ func (d *doctor) checkSocket() {
 	group := groupName(gid)
 	switch {
 	case d.cfg != nil && d.cfg.SocketGroup != "" && !sameGroup(d.cfg.SocketGroup, gid):
-		d.warn("socket", "under systemd, SocketGroup= in parley-keyd.socket decides the group; make it "+d.cfg.SocketGroup,
-			"%s belongs to group %s, but socket_group is %s", path, group, d.cfg.SocketGroup)
+		// Members of socket_group cannot connect: a failure, not a
+		// matter of taste (issue 21: a unit's RuntimeDirectory= took the
+		// group away at each start, and every agent was refused).
+		d.fail("socket", socketGroupHint(path, d.cfg.SocketGroup),
+			"%s belongs to group %s, not to socket_group %s: its members cannot connect", path, group, d.cfg.SocketGroup)
 	case d.owner != nil && strconv.FormatUint(uint64(gid), 10) == d.owner.Gid:
 		d.warn("socket", fmt.Sprintf("set socket_group = \"parley-agents\" in %s (SocketGroup= in parley-keyd.socket under systemd), so that agents join a group that cannot read the configuration", d.o.config),
 			"%s belongs to the daemon's own group %s: agents added to it to connect could read the configuration", path, group)
@@ -476,6 +479,26 @@ func brokenConfigSocket(path string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// socketGroupHint mends a socket whose group is not socket_group. Under
+// systemd the socket unit made it: a service unit that names the socket's
+// folder in RuntimeDirectory= has systemd chown it, socket included, to
+// the daemon's user and group at each start (the shipped unit has none).
+func socketGroupHint(path, want string) string {
+	restart := "sudo systemctl restart parley-keyd.socket"
+	if _, err := os.Stat("/run/systemd/system"); err != nil {
+		return "restart the daemon, which gives the socket it creates socket_group " + want
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, _ := procgroup.Output(procgroup.Command(ctx, "systemctl", "show", "--property", "RuntimeDirectory", "--value", "parley-keyd.service"), 4096)
+	for _, dir := range strings.Fields(string(out)) {
+		if filepath.Join("/run", dir) == filepath.Dir(path) {
+			return "parley-keyd.service has RuntimeDirectory=" + dir + ", and systemd gives that folder, socket included, to the daemon's group at each start: install the current unit, which has none, or clear it with sudo systemctl edit parley-keyd.service (an empty RuntimeDirectory= line under [Service]), then: " + restart
+		}
+	}
+	return "SocketGroup= in parley-keyd.socket decides the group: make it " + want + ", then: " + restart
 }
 
 func groupName(gid uint32) string {
@@ -680,10 +703,11 @@ func (d *doctor) checkUnits() {
 		out, _ = procgroup.Output(procgroup.Command(ctx, "systemctl", "is-active", unit), 4096)
 		active := strings.TrimSpace(string(out))
 		switch {
+		case active == "failed":
+			d.fail("units", "see why with: journalctl -u parley-keyd; once mended: sudo systemctl reset-failed parley-keyd.service parley-keyd.socket && sudo systemctl restart parley-keyd.socket",
+				"%s failed", unit)
 		case unit == "parley-keyd.socket" && (enabled != "enabled" || active != "active"):
 			d.fail("units", "sudo systemctl enable --now parley-keyd.socket", "%s is %s and %s", unit, orWord(enabled, "not installed"), orWord(active, "inactive"))
-		case unit == "parley-keyd.service" && active == "failed":
-			d.fail("units", "see why with: journalctl -u parley-keyd", "%s failed", unit)
 		default:
 			d.ok("units", "%s is %s and %s", unit, orWord(enabled, "static"), orWord(active, "inactive"))
 		}

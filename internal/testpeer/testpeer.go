@@ -316,3 +316,23 @@ func Helper(t testing.TB, uid, gid uint32, groups []uint32, test string, env ...
 	cmd.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/"}, env...)
 	return cmd
 }
+
+// LockTree takes a lock that every test running make in this repository's
+// tree takes first: make build, install and deb write bin/ and build/, and
+// test binaries of several packages run at once. It is held until unlock
+// is called or the test ends.
+func LockTree(t testing.TB) (unlock func()) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "parley-keyd-tree.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock = func() { once.Do(func() { f.Close() }) }
+	t.Cleanup(unlock)
+	return unlock
+}

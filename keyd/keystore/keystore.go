@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"syscall"
@@ -563,6 +564,12 @@ func decrypt(data, passphrase []byte) ([]byte, error) {
 		src = armor.NewReader(src)
 	}
 	r, err := age.Decrypt(src, id)
+	// scrypt's work (256 MiB at age's default factor) is garbage once
+	// Decrypt has unwrapped the file key, but a daemon allocates little,
+	// so nothing would collect it before Go's forced GC two minutes later
+	// and the pages stay resident for three: half of the unit's MemoryMax.
+	// Collect it now and hand the pages back to the kernel.
+	debug.FreeOSMemory()
 	if err != nil {
 		if errors.Is(err, age.ErrIncorrectIdentity) {
 			return nil, ErrWrongPassphrase
