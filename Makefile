@@ -79,11 +79,11 @@ bench:
 # coordinator can report its own deadline as "context deadline exceeded" and
 # fail a target that found nothing (golang/go#75804, fixed in go1.27). A count
 # has no deadline to race. FUZZEXECS is per target; targets that go through a
-# real socket run a tenth of it. Minimizing is off by default, so a crasher is
-# saved as found; FUZZMINIMIZE=30s turns it on. The corpus stays in each
+# real socket, or copy a whole log folder for each input, run a tenth of it.
+# Minimizing is off by default, so a crasher is saved as found; FUZZMINIMIZE=30s turns it on. The corpus stays in each
 # package's testdata.
 FUZZEXECS    ?= 200000
-FUZZ_SLOW    ?= FuzzServeFrame
+FUZZ_SLOW    ?= FuzzServeFrame FuzzVerifyAcknowledged
 FUZZMINIMIZE ?= 0s
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
