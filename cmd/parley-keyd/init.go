@@ -129,15 +129,9 @@ func runInit(o initOptions) error {
 	} else if _, err := lookupGroupID(o.socketGroup); o.socketGroup != "" && err != nil {
 		return withHint(err, "create the group first (sudo groupadd --system "+o.socketGroup+"), or name one that exists")
 	}
-	owner, err := daemonUser(o.user, o.state)
+	owner, err := initOwner(o)
 	if err != nil {
 		return err
-	}
-	if owner != nil && filepath.Clean(o.configDir) == filepath.Clean(o.state) {
-		// Root's configuration in the daemon's own folder would be the
-		// daemon's to change.
-		return usage(errors.New("the configuration cannot be in the state folder when root writes it for the daemon's user"),
-			"write it to its own folder: --config-dir /etc/parley-keyd")
 	}
 	// Property 12: the daemon's user is never an agent's or an
 	// approver's, neither by the flags nor in a configuration init keeps.
@@ -293,6 +287,22 @@ func lookupGroupID(name string) (int, error) {
 // daemonUser returns the user init creates the key as, when that is not
 // the user running init: only root may do that. It is --user, else the
 // owner of an existing state folder (as made by systemd-tmpfiles).
+// initOwner is the daemon's user init writes for (daemonUser; nil when it
+// runs as that user), refusing a configuration folder that is the state
+// folder when root writes for another user: root's configuration in the
+// daemon's own folder would be the daemon's to change.
+func initOwner(o initOptions) (*user.User, error) {
+	owner, err := daemonUser(o.user, o.state)
+	if err != nil {
+		return nil, err
+	}
+	if owner != nil && filepath.Clean(o.configDir) == filepath.Clean(o.state) {
+		return nil, usage(errors.New("the configuration cannot be in the state folder when root writes it for the daemon's user"),
+			"write it to its own folder: --config-dir /etc/parley-keyd")
+	}
+	return owner, nil
+}
+
 func daemonUser(name, state string) (*user.User, error) {
 	if name == "" && os.Geteuid() == 0 {
 		if fi, err := os.Stat(state); err == nil {

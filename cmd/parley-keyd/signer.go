@@ -89,13 +89,9 @@ func passphraseFunc(passFile string) func() ([]byte, error) {
 // key to import) must be readable by the daemon as it will run.
 func initKeyService(o initOptions) error {
 	kind := o.backend
-	owner, err := daemonUser(o.user, o.state)
+	owner, err := initOwner(o)
 	if err != nil {
 		return err
-	}
-	if owner != nil && filepath.Clean(o.configDir) == filepath.Clean(o.state) {
-		return usage(errors.New("the configuration cannot be in the state folder when root writes it for the daemon's user"),
-			"write it to its own folder: --config-dir /etc/parley-keyd")
 	}
 	configPath := filepath.Join(o.configDir, "config.toml")
 	if _, err := os.Stat(configPath); errors.Is(err, os.ErrNotExist) {
