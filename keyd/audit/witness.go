@@ -289,13 +289,10 @@ func (w *witnessState) out(l *Log) uint64 {
 // rewritten or replaced after that checkpoint went out.
 func (l *Log) checkWitnesses(st *openState) error {
 	for _, wt := range l.o.Witnesses {
-		r, ok := wt.(WitnessReader)
+		cp, ok, err := l.witnessLatest(wt)
 		if !ok {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.o.WitnessTimeout)
-		cp, err := r.Latest(ctx)
-		cancel()
 		if err != nil {
 			l.o.Journal.Send(journal.Entry{Priority: journal.Warning, Always: true,
 				Message: fmt.Sprintf("audit log: cannot read witness %s to compare the log with it: %v", wt, err)})
@@ -358,18 +355,24 @@ func (l *Log) withWitnesses(err error) error {
 		return err
 	}
 	for _, wt := range l.o.Witnesses {
-		r, ok := wt.(WitnessReader)
-		if !ok {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.o.WitnessTimeout)
-		cp, rerr := r.Latest(ctx)
-		cancel()
-		if rerr == nil && cp != nil {
+		if cp, _, rerr := l.witnessLatest(wt); rerr == nil && cp != nil {
 			ae.Detail += fmt.Sprintf("; witness %s holds a checkpoint of record %d, hash %s, made %s", wt, cp.Seq, cp.Hash, cp.Time)
 		}
 	}
 	return err
+}
+
+// witnessLatest reads back the latest checkpoint wt holds, within the
+// witness timeout; ok is false for a witness that cannot read back.
+func (l *Log) witnessLatest(wt Witness) (cp *Checkpoint, ok bool, err error) {
+	r, ok := wt.(WitnessReader)
+	if !ok {
+		return nil, false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.WitnessTimeout)
+	defer cancel()
+	cp, err = r.Latest(ctx)
+	return cp, true, err
 }
 
 func sameFilesystem(path, dir string) bool {
