@@ -135,12 +135,7 @@ func (d *doctor) run() {
 			// owner, never following what that user planted there
 			// (stateowner.go).
 			if err := actAsOwnerOf(d.o.state); err != nil {
-				var ee *exitError
-				hint := ""
-				if errors.As(err, &ee) {
-					hint = ee.hint
-				}
-				d.fail("state", hint, "%v", err)
+				d.fail("state", hintOf(err), "%v", err)
 				break
 			}
 			entered = true
@@ -152,6 +147,15 @@ func (d *doctor) run() {
 	if !entered && !slices.Contains(d.o.skip, "units") {
 		d.checkUnits()
 	}
+}
+
+// hintOf is the hint an *exitError in err carries, or "".
+func hintOf(err error) string {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.hint
+	}
+	return ""
 }
 
 func (d *doctor) checkConfig() {
@@ -172,12 +176,7 @@ func (d *doctor) checkConfig() {
 			d.fail(check, trustHint(p.Err), "%s: %v", p.What, p.Err)
 		}
 	} else if err != nil {
-		var ee *exitError
-		hint := ""
-		if errors.As(err, &ee) {
-			hint = ee.hint
-		}
-		d.fail("config", hint, "%v", err)
+		d.fail("config", hintOf(err), "%v", err)
 		return
 	}
 	d.cfg = cfg
