@@ -15,9 +15,6 @@ import (
 // through the same path as the socket (Decide).
 
 func (s *Server) pending(r *request) (*protocol.Frame, error) {
-	if err := r.requireApprover(); err != nil {
-		return nil, err
-	}
 	raw, err := json.Marshal(map[string]any{"pending": s.queue.list()})
 	if err != nil {
 		return nil, err
@@ -43,9 +40,6 @@ func approvalChannel(r *request) (string, error) {
 
 // decide runs APPROVE (approve true) and DENY.
 func (s *Server) decide(r *request, approve bool) (*protocol.Frame, error) {
-	if err := r.requireApprover(); err != nil {
-		return nil, err
-	}
 	r.rec.Target = r.f.Request
 	if r.f.Request == "" {
 		return nil, &protocol.Error{Code: protocol.CodeInvalidParams, Message: r.f.Verb + " needs \"request\""}
@@ -120,9 +114,6 @@ var errWatchBehind = &protocol.Error{Code: protocol.CodeLimit, Message: "the app
 // requester goes away: the desktop approver's feed. Its final reply comes
 // only when the daemon shuts down.
 func (s *Server) watch(r *request) (*protocol.Frame, error) {
-	if err := r.requireApprover(); err != nil {
-		return nil, err
-	}
 	w := &watchNotifier{events: make(chan watchEvent, watchBuffer), lost: make(chan struct{})}
 	cancel := s.queue.subscribe(w)
 	defer cancel()

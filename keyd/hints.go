@@ -9,26 +9,6 @@ import (
 
 // The words of refusals that tell a caller what to do instead.
 
-// approverAction says in words what an approver verb does, for the refusal
-// an agent gets when it sends one.
-func approverAction(verb string) string {
-	switch verb {
-	case protocol.VerbPending:
-		return "list pending requests"
-	case protocol.VerbApprove:
-		return "approve requests"
-	case protocol.VerbDeny:
-		return "deny requests"
-	case protocol.VerbWatch:
-		return "watch pending requests"
-	case protocol.VerbLock:
-		return "lock the daemon"
-	case protocol.VerbUnlock:
-		return "unlock the daemon"
-	}
-	return "use " + verb
-}
-
 // channelFix says where a request may be approved, for an approver who
 // tried a channel the request does not allow.
 func channelFix(v protocol.PendingView) string {

@@ -237,9 +237,6 @@ func lockView(st LockState) *protocol.LockView {
 // request's record is the lock's, written before the waiting requests are
 // withdrawn, so that it comes first in the log.
 func (s *Server) lockRequest(r *request) (*protocol.Frame, error) {
-	if err := r.requireApprover(); err != nil {
-		return nil, err
-	}
 	ch, err := approvalChannel(r)
 	if err != nil {
 		return nil, err
@@ -268,9 +265,6 @@ func (s *Server) lockRequest(r *request) (*protocol.Frame, error) {
 // user as the human (a dual-role, weak approver) lifting the lock the human
 // just set to stop it. Unlocking needs an approver who is not an agent.
 func (s *Server) unlockRequest(r *request) (*protocol.Frame, error) {
-	if err := r.requireApprover(); err != nil {
-		return nil, err
-	}
 	if r.caller.Roles.Weak {
 		return nil, &protocol.Error{Code: protocol.CodeForbidden,
 			Message: fmt.Sprintf("%s may also act as an agent, so it may lock but not unlock", r.caller.phrase()),

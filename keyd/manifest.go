@@ -13,26 +13,6 @@ import (
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 
-var manifestVerbs = []protocol.ManifestVerb{
-	{Name: protocol.VerbHello, Role: "any", Summary: "This manifest."},
-	{Name: protocol.VerbGrant, Role: "agent", Summary: "Ask for a root grant to your key; EVENTs carry the match code while a human decides.",
-		Params: map[string]string{"grant": "{holder: string — ed25519 key, caveats: any[] — §6.3 caveats}", "proof": "{key: string, ts: int, sig: string} — verb GRANT, target b64url(sha256(canonical(grant))), aud principal"}},
-	{Name: protocol.VerbExplain, Role: "agent", Summary: "Which rule would decide a GRANT and what it would issue; signs nothing.",
-		Params: map[string]string{"grant": "{holder: string, caveats: any[]}"}},
-	{Name: protocol.VerbConsent, Role: "agent", Summary: "Ask for a consent grant (§6.6) for one proposal; always decided by a human.",
-		Params: map[string]string{"service": "string", "consent": "any — consent object or consent_required ERROR frame", "proposal": "any — proposal or PROPOSALS frame", "holder": "string — ed25519 key", "proof": "{key, ts, sig} — verb CONSENT, target the consent hash, aud principal"}},
-	{Name: protocol.VerbPending, Role: "approver", Summary: "List requests waiting for a human."},
-	{Name: protocol.VerbApprove, Role: "approver", Summary: "Approve a waiting request with the match code the requester was shown.",
-		Params: map[string]string{"request": "string", "match": "string", "channel?": "terminal|desktop"}},
-	{Name: protocol.VerbDeny, Role: "approver", Summary: "Deny a waiting request.", Params: map[string]string{"request": "string"}},
-	{Name: protocol.VerbWatch, Role: "approver", Summary: "Stream pending requests, their ends and the audit log's signed checkpoints as EVENTs."},
-	{Name: protocol.VerbAudit, Role: "approver", Summary: "Read the audit log: a page of records, as stored and rendered.",
-		Params: map[string]string{"audit?": "{from?: int — seq, since?: int, until?: int — unix seconds, grant?: string, limit?: int, wait?: bool}"}},
-	{Name: protocol.VerbLock, Role: "approver", Summary: "Stop button: refuse every new request and withdraw every waiting one until UNLOCK; survives a restart.",
-		Params: map[string]string{"reason?": "string — for the audit log"}},
-	{Name: protocol.VerbUnlock, Role: "approver", Summary: "Lift the lock; refused to an approver who may also act as an agent."},
-}
-
 // hello answers HELLO with the daemon's manifest for this caller.
 func (s *Server) hello(req *request) (*protocol.Frame, error) {
 	cfg := s.cfg.Load()
@@ -69,9 +49,9 @@ func (s *Server) hello(req *request) (*protocol.Frame, error) {
 			m.Previous = append(m.Previous, p)
 		}
 	}
-	for _, v := range manifestVerbs {
-		if v.Role == "any" || (v.Role == "agent" && r.Agent) || (v.Role == "approver" && r.Approver) {
-			m.Verbs = append(m.Verbs, v)
+	for i := range verbTable {
+		if v := &verbTable[i]; v.may(r) {
+			m.Verbs = append(m.Verbs, v.manifest())
 		}
 	}
 	raw, err := json.Marshal(m)

@@ -73,17 +73,6 @@ type folder interface {
 	AppendFolded(rec audit.Record) (uint64, bool, error)
 }
 
-// knownVerb reports whether verb is one the pipeline answers.
-func knownVerb(verb string) bool {
-	switch verb {
-	case protocol.VerbHello, protocol.VerbGrant, protocol.VerbExplain, protocol.VerbConsent,
-		protocol.VerbPending, protocol.VerbApprove, protocol.VerbDeny, protocol.VerbWatch, protocol.VerbAudit,
-		protocol.VerbLock, protocol.VerbUnlock:
-		return true
-	}
-	return false
-}
-
 // Handle runs one request from caller through the pipeline and returns its
 // final reply or the refusal. events receives the non-final replies (the
 // match code while a human decides). ctx ends when the requester goes away:
@@ -106,33 +95,17 @@ func (s *Server) Handle(ctx context.Context, caller Caller, f *protocol.Frame, e
 	return s.finish(r, reply, err)
 }
 
+// run refuses a verb the table does not hold, or a caller without its
+// role, and hands the request to its verb's handler.
 func (s *Server) run(r *request) (*protocol.Frame, error) {
-	switch r.f.Verb {
-	case protocol.VerbHello:
-		return s.hello(r)
-	case protocol.VerbGrant:
-		return s.grantRequest(r)
-	case protocol.VerbExplain:
-		return s.explain(r)
-	case protocol.VerbConsent:
-		return s.consent(r)
-	case protocol.VerbPending:
-		return s.pending(r)
-	case protocol.VerbApprove:
-		return s.decide(r, true)
-	case protocol.VerbDeny:
-		return s.decide(r, false)
-	case protocol.VerbWatch:
-		return s.watch(r)
-	case protocol.VerbAudit:
-		return s.auditRead(r)
-	case protocol.VerbLock:
-		return s.lockRequest(r)
-	case protocol.VerbUnlock:
-		return s.unlockRequest(r)
+	v, ok := lookupVerb(r.f.Verb)
+	if !ok {
+		return nil, unknownVerb(r.f.Verb)
 	}
-	return nil, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("unknown verb %q", r.f.Verb),
-		Fix: "send HELLO to list the verbs"}
+	if err := v.allows(r.caller); err != nil {
+		return nil, err
+	}
+	return v.handle(s, r)
 }
 
 // finish is the pipeline's one exit: it completes the request's record from
@@ -240,10 +213,9 @@ func refusalKind(verb string, code protocol.Code) string {
 		return audit.KindWithdrawn
 	case code == protocol.CodeInternal:
 		return audit.KindError
-	case verb == protocol.VerbGrant || verb == protocol.VerbConsent:
-		return audit.KindDeny
-	case verb == protocol.VerbApprove || verb == protocol.VerbDeny:
-		return audit.KindDecide
+	}
+	if v, ok := lookupVerb(verb); ok && v.refused != "" {
+		return v.refused
 	}
 	return audit.KindRequest
 }
@@ -280,25 +252,6 @@ func (s *Server) unavailableAudit(err error) error {
 		e.Fix = "an admin restores the log, or makes the daemon start a new segment with: systemctl reload parley-keyd"
 	}
 	return e
-}
-
-func (r *request) requireAgent() error {
-	if !r.caller.Roles.Agent {
-		return &protocol.Error{Code: protocol.CodeForbidden,
-			Message: fmt.Sprintf("%s may approve but not ask for grants (%s)", r.caller.phrase(), r.f.Verb)}
-	}
-	return nil
-}
-
-func (r *request) requireApprover() error {
-	// Property 4: an agent cannot approve its own request. The role comes
-	// from the kernel's uid, never from the frame.
-	if !r.caller.Roles.Approver {
-		return &protocol.Error{Code: protocol.CodeForbidden,
-			Message: fmt.Sprintf("%s is an agent and may not %s", r.caller.phrase(), approverAction(r.f.Verb)),
-			Fix:     "a human approves with parley-grant approve, as a user listed in access.approver_users"}
-	}
-	return nil
 }
 
 // parseGrantBody validates a GRANT or EXPLAIN body: a holder key and caveats
@@ -437,9 +390,6 @@ func (s *Server) agent(r *request, pol *policies.Policy, holder string) (string,
 
 // grantRequest runs the pipeline for an attenuated root grant.
 func (s *Server) grantRequest(r *request) (*protocol.Frame, error) {
-	if err := r.requireAgent(); err != nil {
-		return nil, err
-	}
 	if err := s.refuseIfLocked(); err != nil {
 		return nil, err
 	}
@@ -613,9 +563,6 @@ func (s *Server) waitForHuman(r *request, view protocol.PendingView, agent strin
 // explain answers which rule would decide a GRANT and what it would issue,
 // signing nothing.
 func (s *Server) explain(r *request) (*protocol.Frame, error) {
-	if err := r.requireAgent(); err != nil {
-		return nil, err
-	}
 	if err := s.refuseIfLocked(); err != nil {
 		return nil, err
 	}
@@ -687,9 +634,6 @@ func consentObject(raw json.RawMessage) (grant.ConsentRequest, error) {
 // expiry before anything is shown to a human; a mismatch is refused and never
 // queued.
 func (s *Server) consent(r *request) (*protocol.Frame, error) {
-	if err := r.requireAgent(); err != nil {
-		return nil, err
-	}
 	if err := s.refuseIfLocked(); err != nil {
 		return nil, err
 	}

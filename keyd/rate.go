@@ -55,11 +55,13 @@ type rateFolder interface {
 	AppendFoldedFor(rec audit.Record, window time.Duration) (uint64, bool, error)
 }
 
-// namesHolder reports whether verb names a holder key, which decides the
-// policy's agent; its step counts it against the rate once the holder is
-// read (chargeFor). Every other verb counts as it enters the pipeline.
+// namesHolder reports whether verb names a holder key (verb.holder), which
+// decides the policy's agent; its step counts it against the rate once the
+// holder is read (chargeFor). Every other verb counts as it enters the
+// pipeline.
 func namesHolder(verb string) bool {
-	return verb == protocol.VerbGrant || verb == protocol.VerbExplain || verb == protocol.VerbConsent
+	v, ok := lookupVerb(verb)
+	return ok && v.holder
 }
 
 // rateBucket names the bucket a request of c counts against: the agent pol
@@ -135,7 +137,7 @@ func changesState(rec *audit.Record) bool {
 func overRecord(rec audit.Record, who string) audit.Record {
 	out := audit.Record{Kind: rec.Kind, RequestID: rec.RequestID, Decision: rec.Decision,
 		Message: "past the rate of " + who + ": requests alike in verb and outcome are counted in one record a minute"}
-	if knownVerb(rec.Verb) {
+	if _, ok := lookupVerb(rec.Verb); ok {
 		out.Verb = rec.Verb
 	}
 	switch out.Kind {

@@ -592,9 +592,9 @@ func (c *conn) readLoop() (moved bool) {
 			c.refuse(f.ID, f.Verb, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("the frame must carry \"parley\": %d", protocol.Version)})
 			continue
 		}
-		if !knownVerb(f.Verb) {
-			c.refuse(f.ID, f.Verb, &protocol.Error{Code: protocol.CodeBadFrame, Message: fmt.Sprintf("unknown verb %q", f.Verb),
-				Fix: "send HELLO to list the verbs"})
+		v, ok := lookupVerb(f.Verb)
+		if !ok {
+			c.refuse(f.ID, f.Verb, unknownVerb(f.Verb))
 			continue
 		}
 		if !c.claimID(f.ID) {
@@ -626,7 +626,7 @@ func (c *conn) readLoop() (moved bool) {
 		// answered.
 		j := job{f: f, held: rs.unclaimed, size: size}
 		rs.unclaimed = frameHold{}
-		if len(c.sem) == 1 && fr.Buffered() == 0 && f.Verb != protocol.VerbWatch && f.Verb != protocol.VerbAudit {
+		if len(c.sem) == 1 && fr.Buffered() == 0 && v.inline {
 			if c.runInline(j) {
 				return true
 			}
