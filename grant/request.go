@@ -174,6 +174,39 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 	return r, nil
 }
 
+// Caveats returns the caveats that say what r restricts, in a fixed order:
+// svc, verbs, can, nbf, exp, per, spend, risk, each only when r restricts
+// it. For a grant a policy decided (whose Exp is set), these are the
+// caveats it is issued with.
+func (r Request) Caveats() []Caveat {
+	var out []Caveat
+	if r.Svc != nil {
+		out = append(out, Svc(r.Svc...))
+	}
+	if r.Verbs != nil {
+		out = append(out, Verbs(r.Verbs...))
+	}
+	if r.Can != nil {
+		out = append(out, Can(r.Can...))
+	}
+	if r.Nbf != 0 {
+		out = append(out, Nbf(r.Nbf))
+	}
+	if r.Exp != 0 {
+		out = append(out, Exp(r.Exp))
+	}
+	if r.Per != nil {
+		out = append(out, Per(*r.Per))
+	}
+	if r.Spend != nil {
+		out = append(out, Spend(*r.Spend))
+	}
+	if r.Risk != "" {
+		out = append(out, Risk(r.Risk))
+	}
+	return out
+}
+
 // ValidPattern reports whether p is a can pattern of §6.3 (errata 1): an
 // exact name, a prefix followed by one final *, or * alone.
 func ValidPattern(p string) bool {
