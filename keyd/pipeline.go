@@ -255,69 +255,32 @@ func (s *Server) unavailableAudit(err error) error {
 }
 
 // parseGrantBody validates a GRANT or EXPLAIN body: a holder key and caveats
-// of the kinds §6.3 defines, each well-formed, none repeated.
-func parseGrantBody(raw json.RawMessage, now int64) (protocol.GrantBody, ed25519.PublicKey, policies.Request, error) {
+// of the kinds §6.3 defines, each well-formed, none repeated. The caveats are
+// read once, by grant.ParseRequest, which says what each means (fail closed:
+// property 6); the policy decides on what it returns.
+func parseGrantBody(raw json.RawMessage, now int64) (protocol.GrantBody, ed25519.PublicKey, grant.Request, error) {
 	var body protocol.GrantBody
-	var req policies.Request
 	if len(raw) == 0 {
-		return body, nil, req, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the request needs a \"grant\" object with \"holder\" and \"caveats\""}
+		return body, nil, grant.Request{}, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the request needs a \"grant\" object with \"holder\" and \"caveats\""}
 	}
 	// One strict reading (property 9): "Holder" beside "holder", or a
 	// second "holder", is refused rather than read one way here and
 	// another in the proof's digest.
 	if err := grant.DecodeStrictKnown(raw, &body); err != nil {
-		return body, nil, req, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the \"grant\" object is malformed: " + jsonErr(err)}
+		return body, nil, grant.Request{}, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the \"grant\" object is malformed: " + jsonErr(err)}
 	}
 	holder, err := grant.ParsePublicKey(body.Holder)
 	if err != nil {
 		// Property 10: grant.ParsePublicKey refuses small-order keys,
 		// whose grants anyone could use with a forged proof.
-		return body, nil, req, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the holder key is refused: " + shortErr(err),
+		return body, nil, grant.Request{}, &protocol.Error{Code: protocol.CodeInvalidParams, Message: "the holder key is refused: " + shortErr(err),
 			Fix: "print your key with: parley-grant pubkey"}
 	}
-	req, err = requestFromCaveats(body.Caveats, now)
-	return body, holder, req, err
-}
-
-// requestFromCaveats checks the caveats of a GRANT or EXPLAIN body with
-// grant.ParseRequest, which says what each caveat means (fail closed:
-// property 6), and converts what they ask for into a policy request.
-func requestFromCaveats(cavs []grant.Caveat, now int64) (policies.Request, error) {
-	r, err := grant.ParseRequest(cavs, now)
+	req, err := grant.ParseRequest(body.Caveats, now)
 	if err != nil {
-		return policies.Request{}, &protocol.Error{Code: protocol.CodeInvalidParams, Message: err.Error()}
+		return body, holder, grant.Request{}, &protocol.Error{Code: protocol.CodeInvalidParams, Message: err.Error()}
 	}
-	return policies.Request{Svc: r.Svc, Verbs: r.Verbs, Can: r.Can, Exp: r.Exp, Nbf: r.Nbf,
-		Per: r.Per, Spend: r.Spend, Risk: r.Risk, Now: now}, nil
-}
-
-// caveatsFromRequest turns what the policy decided into the caveats to sign,
-// in a fixed order.
-func caveatsFromRequest(r policies.Request) []grant.Caveat {
-	var out []grant.Caveat
-	if r.Svc != nil {
-		out = append(out, grant.Svc(r.Svc...))
-	}
-	if r.Verbs != nil {
-		out = append(out, grant.Verbs(r.Verbs...))
-	}
-	if r.Can != nil {
-		out = append(out, grant.Can(r.Can...))
-	}
-	if r.Nbf != 0 {
-		out = append(out, grant.Nbf(r.Nbf))
-	}
-	out = append(out, grant.Exp(r.Exp))
-	if r.Per != nil {
-		out = append(out, grant.Per(*r.Per))
-	}
-	if r.Spend != nil {
-		out = append(out, grant.Spend(*r.Spend))
-	}
-	if r.Risk != "" {
-		out = append(out, grant.Risk(r.Risk))
-	}
-	return out
+	return body, holder, *req, nil
 }
 
 func mustJSON(v any) json.RawMessage {
@@ -423,29 +386,13 @@ func (s *Server) grantRequest(r *request) (*protocol.Frame, error) {
 		return nil, err
 	}
 	caller := r.caller.policy(body.Holder)
-	d := pol.Decide(caller, req)
+	d := pol.Decide(caller, req, now)
 	r.rec.Decision, r.rec.DecidedBy = string(d.Action), &audit.Decider{Rule: d.Rule}
 	switch d.Action {
 	case policies.Auto:
 	case policies.Ask:
 		view := s.renderGrant(r, r.rec.RequestID, agent, body.Holder, d)
-		// Property 9 of a reload: a waiting request is decided again under
-		// a new policy, and ends only when that policy decides it
-		// differently.
-		redecide := func(p *policies.Policy) *protocol.Error {
-			n := p.Decide(caller, req)
-			if n.Action == d.Action && n.Strong == d.Strong && slices.Equal(n.Channels, d.Channels) &&
-				reflect.DeepEqual(caveatsFromRequest(n.Grant), caveatsFromRequest(d.Grant)) {
-				return nil
-			}
-			if n.Action == policies.Deny {
-				return &protocol.Error{Code: protocol.CodeForbidden, Rule: n.Rule,
-					Message: "the policy was reloaded while the request waited, and it now refuses it: " + n.Reason}
-			}
-			return &protocol.Error{Code: protocol.CodeConflict,
-				Message: "the policy was reloaded while the request waited, and it now decides it differently; ask again"}
-		}
-		if _, err := s.waitForHuman(r, view, agent, pol, d.Channels, d.Strong, redecide); err != nil {
+		if _, err := s.waitForHuman(r, view, agent, pol, d.Channels, d.Strong, redecideGrant(caller, req, now, d)); err != nil {
 			return nil, err
 		}
 	default:
@@ -453,10 +400,35 @@ func (s *Server) grantRequest(r *request) (*protocol.Frame, error) {
 		return nil, &protocol.Error{Code: protocol.CodeForbidden, Rule: d.Rule, Message: d.Reason,
 			Fix: "see what the policy would allow with: parley-grant explain (same flags)"}
 	}
-	cavs := caveatsFromRequest(d.Grant)
+	return s.issueGrant(r, holder, d)
+}
+
+// redecideGrant decides a waiting GRANT again under a reloaded policy, as
+// it was asked at asked (property 9 of a reload): nil when the policy
+// decides it as d, else the refusal that ends it.
+func redecideGrant(caller policies.Caller, req grant.Request, asked int64, d policies.Decision) func(*policies.Policy) *protocol.Error {
+	return func(p *policies.Policy) *protocol.Error {
+		n := p.Decide(caller, req, asked)
+		// The same grant fields are the same caveats (Request.Caveats).
+		if n.Action == d.Action && n.Strong == d.Strong && slices.Equal(n.Channels, d.Channels) &&
+			reflect.DeepEqual(n.Grant, d.Grant) {
+			return nil
+		}
+		if n.Action == policies.Deny {
+			return &protocol.Error{Code: protocol.CodeForbidden, Rule: n.Rule,
+				Message: "the policy was reloaded while the request waited, and it now refuses it: " + n.Reason}
+		}
+		return &protocol.Error{Code: protocol.CodeConflict,
+			Message: "the policy was reloaded while the request waited, and it now decides it differently; ask again"}
+	}
+}
+
+// issueGrant signs the grant d decided, to holder, and answers with it.
+func (s *Server) issueGrant(r *request, holder ed25519.PublicKey, d policies.Decision) (*protocol.Frame, error) {
+	cavs := d.Grant.Caveats()
 	// Property 3, checked again at the last moment: every issued grant
 	// expires, and carries only well-formed caveats of the spec's kinds.
-	now = s.now().Unix()
+	now := s.now().Unix()
 	if d.Grant.Exp <= now {
 		return nil, &protocol.Error{Code: protocol.CodeExpired, Message: "the grant's expiry passed while the request waited"}
 	}
@@ -576,14 +548,14 @@ func (s *Server) explain(r *request) (*protocol.Frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := pol.Decide(r.caller.policy(body.Holder), req)
+	d := pol.Decide(r.caller.policy(body.Holder), req, now)
 	r.rec.Decision, r.rec.DecidedBy = "ok", &audit.Decider{Rule: d.Rule}
 	out := map[string]any{
 		"action": d.Action, "agent": d.Agent, "rule": d.Rule, "reason": d.Reason,
 		"narrowed": d.Narrowed, "channels": d.Channels, "strong": d.Strong,
 	}
 	if d.Action != policies.Deny {
-		cavs := caveatsFromRequest(d.Grant)
+		cavs := d.Grant.Caveats()
 		out["caveats"] = cavs
 		out["expires"] = d.Grant.Exp
 		words := make([]string, len(cavs))

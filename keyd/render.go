@@ -71,7 +71,7 @@ func countWord(n int, one, many string) string {
 
 // grantSummary is one line of what a grant would allow: how many services,
 // verbs and patterns, the money, the risk and the expiry.
-func (s *Server) grantSummary(g policies.Request) string {
+func (s *Server) grantSummary(g grant.Request) string {
 	var parts []string
 	add := func(list []string, one, many, all string) {
 		if list == nil {
@@ -155,7 +155,7 @@ func (s *Server) renderGrant(r *request, id, agent, holder string, d policies.De
 		Title:   safe(fmt.Sprintf("%s asks for a grant", agent)),
 		Summary: s.grantSummary(g),
 		Text:    out.b.String(), Lines: out.lines,
-		Scope: protocol.Scope{Caveats: caveatsFromRequest(g)},
+		Scope: protocol.Scope{Caveats: g.Caveats()},
 	}
 }
 
@@ -261,7 +261,7 @@ func checkShowable(p *grant.Proposal, b policies.Bounds) error {
 
 // checkBounds refuses a grant request that names more services or patterns
 // than the agent's bounds: every one is shown to a human.
-func checkBounds(req policies.Request, b policies.Bounds) error {
+func checkBounds(req grant.Request, b policies.Bounds) error {
 	over := func(n, max int, what, key string) error {
 		if n <= max {
 			return nil

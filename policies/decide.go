@@ -75,10 +75,11 @@ func anyOf[T any](xs []T, f func(T) bool) bool {
 	return false
 }
 
-// checkRequest refuses malformed requests before any rule sees them.
-func checkRequest(r Request) error {
-	if r.Now < 0 || r.Now > maxTime {
-		return fmt.Errorf("the request time %d is out of range", r.Now)
+// checkRequest refuses malformed requests, asked at now, before any rule
+// sees them.
+func checkRequest(r grant.Request, now int64) error {
+	if now < 0 || now > maxTime {
+		return fmt.Errorf("the request time %d is out of range", now)
 	}
 	for _, l := range []struct {
 		name  string
@@ -103,7 +104,7 @@ func checkRequest(r Request) error {
 			}
 		}
 	}
-	if r.Exp != 0 && (r.Exp <= r.Now || r.Exp > maxTime) {
+	if r.Exp != 0 && (r.Exp <= now || r.Exp > maxTime) {
 		return fmt.Errorf("the requested expiry is not in the future")
 	}
 	if r.Nbf < 0 || r.Nbf > maxTime {
@@ -134,25 +135,26 @@ func checkRequest(r Request) error {
 
 // overlapsScope reports whether some request inside r's scope is also
 // inside s: the services, verbs and capabilities overlap.
-func (s scope) overlaps(r Request) bool {
+func (s scope) overlaps(r grant.Request) bool {
 	return overlapNames(s.svc, r.Svc) && overlapNames(s.verbs, r.Verbs) && overlapPatterns(s.can, r.Can)
 }
 
 // fit is how a request fits a rule.
 type fit struct {
-	grant      Request  // the grant within the rule's limits (narrowed when clamping)
-	narrowed   []string // where grant is narrower than the request
-	added      []string // rule limits the request did not name
-	exceeded   []string // where the request goes beyond the rule
-	impossible string   // why clamping cannot help; "" when it can
+	grant      grant.Request // the grant within the rule's limits (narrowed when clamping)
+	narrowed   []string      // where grant is narrower than the request
+	added      []string      // rule limits the request did not name
+	exceeded   []string      // where the request goes beyond the rule
+	impossible string        // why clamping cannot help; "" when it can
 }
 
-// fitRule measures r against rule u (auto or ask). The grant it returns is
-// the request cut to the rule on every dimension; it is issued only when
-// nothing was exceeded, or when the rule clamps and clamping is possible.
-func fitRule(u *rule, r Request) fit {
+// fitRule measures r, asked at now, against rule u (auto or ask). The grant
+// it returns is the request cut to the rule on every dimension; it is issued
+// only when nothing was exceeded, or when the rule clamps and clamping is
+// possible.
+func fitRule(u *rule, r grant.Request, now int64) fit {
 	var f fit
-	g := Request{Now: r.Now, Nbf: r.Nbf, Risk: r.Risk}
+	g := grant.Request{Nbf: r.Nbf, Risk: r.Risk}
 	name := fmt.Sprintf("rule %q", u.name)
 
 	// Services and verbs: a request without one asks for all of them; only
@@ -178,11 +180,11 @@ func fitRule(u *rule, r Request) fit {
 		} else {
 			f.added = append(f.added, fmt.Sprintf("expiry set to %s, the default of %s", fmtDur(life), name))
 		}
-		g.Exp = r.Now + life
-	case r.Exp-r.Now > maxLife:
-		g.Exp = r.Now + maxLife
-		f.exceeded = append(f.exceeded, fmt.Sprintf("the requested lifetime of %s exceeds the %s of %s, %s", fmtDur(r.Exp-r.Now), capName, name, fmtDur(maxLife)))
-		f.narrowed = append(f.narrowed, fmt.Sprintf("expiry cut from %s to the %s of %s, %s", fmtDur(r.Exp-r.Now), capName, name, fmtDur(maxLife)))
+		g.Exp = now + life
+	case r.Exp-now > maxLife:
+		g.Exp = now + maxLife
+		f.exceeded = append(f.exceeded, fmt.Sprintf("the requested lifetime of %s exceeds the %s of %s, %s", fmtDur(r.Exp-now), capName, name, fmtDur(maxLife)))
+		f.narrowed = append(f.narrowed, fmt.Sprintf("expiry cut from %s to the %s of %s, %s", fmtDur(r.Exp-now), capName, name, fmtDur(maxLife)))
 	default:
 		g.Exp = r.Exp
 	}
@@ -280,14 +282,15 @@ func cloneMoney(m *grant.Money) *grant.Money {
 //   - when no rule decides, the request is refused.
 //
 // Decide never returns a grant wider than the request or the deciding rule,
-// and every grant it returns has an expiry after r.Now.
-func (p *Policy) Decide(c Caller, r Request) Decision {
+// and every grant it returns has an expiry after now, the unix time of the
+// request.
+func (p *Policy) Decide(c Caller, r grant.Request, now int64) Decision {
 	a := p.agentFor(c)
 	if a == nil {
 		return Decision{Action: Deny, Reason: fmt.Sprintf("no agent of the policy matches this caller (uid %d); the policy must name it in an [[agent]]", c.UID)}
 	}
 	d := Decision{Action: Deny, Agent: a.name}
-	if err := checkRequest(r); err != nil {
+	if err := checkRequest(r, now); err != nil {
 		d.Reason = "malformed request: " + err.Error()
 		return d
 	}
@@ -302,7 +305,7 @@ func (p *Policy) Decide(c Caller, r Request) Decision {
 			d.Reason = fmt.Sprintf("rule %q refuses requests of agent %q that reach into %s; ask for less", u.name, a.name, describeScope(u.scope))
 			return d
 		}
-		f := fitRule(u, r)
+		f := fitRule(u, r, now)
 		if len(f.exceeded) > 0 && (!u.clamp || f.impossible != "") {
 			if u.action == Ask {
 				escalators = append(escalators, u)

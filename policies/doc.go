@@ -17,15 +17,15 @@
 //     refused. A policy without rules refuses everything.
 //   - [Policy.Decide] never returns a grant wider than the request or than
 //     the rule that decided it, on any caveat of §6.3, and every grant it
-//     returns has an expiry after the request's Now and within the rule's
+//     returns has an expiry after the now it is given and within the rule's
 //     max_exp (or the [Ceiling]). Where the grant is narrower than what the
 //     request named, Decision.Narrowed says so, one sentence per cut.
 //   - [Policy.DecideConsent] returns Ask or Deny, never Auto.
 //
 // # Requests and absent caveats
 //
-// A [Request] holds the caveats an agent asks for. Absence is read as
-// follows, on each side:
+// A [grant.Request], as [grant.ParseRequest] reads it, holds the caveats an
+// agent asks for. Absence is read as follows, on each side:
 //
 //   - svc, verbs, can: a request that names none asks for all services,
 //     verbs or capabilities. Only a rule that names none covers it; a rule

@@ -38,14 +38,14 @@ func FuzzParse(f *testing.F) {
 		_ = p.Warnings()
 		for _, c := range []Caller{{}, {UID: 1, User: "a", Exe: "/x", Unit: "u"}} {
 			_ = p.Allowed(c)
-			for _, r := range []Request{{Now: now}, {Can: []string{"a.*"}, Svc: []string{"s"}, Exp: now + 60, Risk: "low", Per: usd(5), Now: now}} {
-				d := p.Decide(c, r)
+			for _, r := range []grant.Request{{}, {Can: []string{"a.*"}, Svc: []string{"s"}, Exp: now + 60, Risk: "low", Per: usd(5)}} {
+				d := p.Decide(c, r, now)
 				if d.Action == Deny {
 					continue
 				}
 				for _, u := range p.rules {
 					if u.name == d.Rule {
-						if err := checkWithin(d.Grant, r, u); err != nil {
+						if err := checkWithin(d.Grant, r, now, u); err != nil {
 							t.Fatalf("decision %+v: %v", d, err)
 						}
 					}
@@ -67,7 +67,7 @@ func FuzzDecide(f *testing.F) {
 	f.Add("", "", "", int64(0), int64(0), int64(-1), "", "", "")
 	f.Add("shop.example", "COMMIT", "shop.order", int64(60), int64(30), int64(2000), "USD", "high", "")
 	f.Fuzz(func(t *testing.T, svc, verb, can string, exp, nbf, amount int64, currency, risk, user string) {
-		r := Request{Exp: exp, Nbf: nbf, Risk: risk, Now: now}
+		r := grant.Request{Exp: exp, Nbf: nbf, Risk: risk}
 		if exp > 0 && exp < 1<<40 {
 			r.Exp = now + exp
 		}
@@ -86,7 +86,7 @@ func FuzzDecide(f *testing.F) {
 		if amount >= 0 {
 			r.Per = &grant.Money{Amount: amount, Currency: currency}
 		}
-		d := p.Decide(Caller{User: user, UID: 2001}, r)
+		d := p.Decide(Caller{User: user, UID: 2001}, r, now)
 		if d.Action == Deny {
 			if d.Reason == "" {
 				t.Fatal("a refusal without a reason")
@@ -95,7 +95,7 @@ func FuzzDecide(f *testing.F) {
 		}
 		for _, u := range p.rules {
 			if u.name == d.Rule {
-				if err := checkWithin(d.Grant, r, u); err != nil {
+				if err := checkWithin(d.Grant, r, now, u); err != nil {
 					t.Fatalf("decision %+v: %v", d, err)
 				}
 				return

@@ -122,7 +122,7 @@ func TestParseOK(t *testing.T) {
 		check func(*testing.T, *Policy)
 	}{
 		{"ok/empty-file-refuses-everything", "", func(t *testing.T, p *Policy) {
-			if d := p.Decide(Caller{}, Request{Now: now}); d.Action != Deny {
+			if d := p.Decide(Caller{}, grant.Request{}, now); d.Action != Deny {
 				t.Errorf("empty policy decided %q", d.Action)
 			}
 		}},
@@ -200,12 +200,12 @@ func TestDefault(t *testing.T) {
 		t.Errorf("the default policy has warnings: %q", w)
 	}
 	// Every request asks in the terminal.
-	for _, r := range []Request{
-		{Now: now},
-		{Can: []string{"calendar.*"}, Svc: []string{"cal.example"}, Exp: now + 3600, Now: now},
-		{Verbs: []string{"COMMIT"}, Risk: "high", Now: now},
+	for _, r := range []grant.Request{
+		{},
+		{Can: []string{"calendar.*"}, Svc: []string{"cal.example"}, Exp: now + 3600},
+		{Verbs: []string{"COMMIT"}, Risk: "high"},
 	} {
-		d := p.Decide(Caller{UID: 1234}, r)
+		d := p.Decide(Caller{UID: 1234}, r, now)
 		if d.Action != Ask || len(d.Channels) != 1 || d.Channels[0] != Terminal {
 			t.Errorf("default decides %+v for %+v, want ask in the terminal", d, r)
 		}
@@ -216,17 +216,17 @@ func TestDefault(t *testing.T) {
 			t.Errorf("default grant per = %v, want a zero limit", d.Grant.Per)
 		}
 	}
-	if d := p.Decide(Caller{}, Request{Now: now}); d.Grant.Exp != now+15*60 {
+	if d := p.Decide(Caller{}, grant.Request{}, now); d.Grant.Exp != now+15*60 {
 		t.Errorf("default lifetime = %d, want 15m", d.Grant.Exp-now)
 	}
 	// More than an hour, or any money, is refused.
-	for _, r := range []Request{
-		{Exp: now + 3601, Now: now},
-		{Per: usd(1), Now: now},
-		{Spend: usd(1), Now: now},
-		{Spend: eur(0), Now: now},
+	for _, r := range []grant.Request{
+		{Exp: now + 3601},
+		{Per: usd(1)},
+		{Spend: usd(1)},
+		{Spend: eur(0)},
 	} {
-		if d := p.Decide(Caller{}, r); d.Action != Deny {
+		if d := p.Decide(Caller{}, r, now); d.Action != Deny {
 			t.Errorf("default decides %q for %+v, want deny", d.Action, r)
 		}
 	}
@@ -255,13 +255,13 @@ func TestDefault(t *testing.T) {
 		t.Errorf("uncommented default has %d agents, %d rules, %d consents", len(q.agents), len(q.rules), len(q.consents))
 	}
 	cal := Caller{UID: 77, User: "calbot", Exe: "/usr/local/bin/calendar-agent"}
-	if d := q.Decide(cal, Request{Svc: []string{"calendar.example"}, Can: []string{"calendar.reschedule"}, Exp: now + 7200, Now: now}); d.Action != Auto || d.Grant.Exp != now+3600 {
+	if d := q.Decide(cal, grant.Request{Svc: []string{"calendar.example"}, Can: []string{"calendar.reschedule"}, Exp: now + 7200}, now); d.Action != Auto || d.Grant.Exp != now+3600 {
 		t.Errorf("calendar example decides %+v", d)
 	}
-	if d := q.Decide(Caller{User: "guest"}, Request{Now: now}); d.Action != Deny || d.Rule != "no-guest" {
+	if d := q.Decide(Caller{User: "guest"}, grant.Request{}, now); d.Action != Deny || d.Rule != "no-guest" {
 		t.Errorf("guest example decides %+v", d)
 	}
-	if d := q.Decide(Caller{UID: 5}, Request{Svc: []string{"shop.example"}, Can: []string{"shop.buy"}, Per: usd(2000), Now: now}); d.Action != Ask || !d.Strong || len(d.Channels) != 1 || d.Channels[0] != Phone {
+	if d := q.Decide(Caller{UID: 5}, grant.Request{Svc: []string{"shop.example"}, Can: []string{"shop.buy"}, Per: usd(2000)}, now); d.Action != Ask || !d.Strong || len(d.Channels) != 1 || d.Channels[0] != Phone {
 		t.Errorf("shop example decides %+v", d)
 	}
 }

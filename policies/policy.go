@@ -40,27 +40,16 @@ type Caller struct {
 	HolderKey string   // "ed25519:…", the holder key the caller proved
 }
 
-// Request is what an agent asks for: the caveats of the grant it wants
-// (§6.3). A nil list or pointer and a zero number mean the agent named no
-// restriction on that dimension.
-type Request struct {
-	Svc, Verbs, Can []string     // nil = every service, verb, capability
-	Exp             int64        // absolute unix seconds; 0 = the rule's default lifetime
-	Nbf             int64        // unix seconds; 0 = none
-	Per, Spend      *grant.Money // nil = none named (the rule's limit is added)
-	Risk            string       // "" = none named (the rule's ceiling is added)
-	Now             int64        // unix seconds, supplied by the caller
-}
-
 // Decision is the policy's answer to one request.
 type Decision struct {
 	Action Action
 	Agent  string // the matched agent, "" when none
 	Rule   string // the deciding rule, "" when none decided (then Action is Deny)
-	// Grant is what would be issued. Its Exp is always set and later than
-	// Now, and it is never wider than the request nor than the rule.
-	// It is meaningful only when Action is Auto or Ask.
-	Grant Request
+	// Grant is what would be issued (Grant.Caveats are its caveats). Its
+	// Exp is always set and later than the now Decide was given, and it is
+	// never wider than the request nor than the rule. It is meaningful
+	// only when Action is Auto or Ask.
+	Grant grant.Request
 	// Narrowed says, one sentence each, where the grant is narrower than
 	// what the request named (a clamp rule cut it down).
 	Narrowed []string

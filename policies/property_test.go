@@ -3,6 +3,7 @@ package policies
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -93,8 +94,8 @@ func genChannels(rng *rand.Rand) []Channel {
 	return out
 }
 
-func genRequest(rng *rand.Rand) Request {
-	r := Request{Svc: genNames(rng, genSvc), Verbs: genNames(rng, grant.ParleyVerbs()), Can: genNames(rng, genPatterns), Now: now}
+func genRequest(rng *rand.Rand) grant.Request {
+	r := grant.Request{Svc: genNames(rng, genSvc), Verbs: genNames(rng, grant.ParleyVerbs()), Can: genNames(rng, genPatterns)}
 	if rng.IntN(3) != 0 {
 		r.Exp = now + 1 + int64(rng.IntN(10000))
 	}
@@ -119,7 +120,7 @@ func TestNeverWider(t *testing.T) {
 			p.rules = append(p.rules, genRule(rng, j))
 		}
 		r := genRequest(rng)
-		d := p.Decide(Caller{}, r)
+		d := p.Decide(Caller{}, r, now)
 		if d.Action == Deny {
 			denied++
 			if d.Reason == "" {
@@ -139,8 +140,12 @@ func TestNeverWider(t *testing.T) {
 			t.Fatalf("case %d: decided by unknown rule %q", i, d.Rule)
 		}
 		u := p.rules[idx]
-		if err := checkWithin(d.Grant, r, u); err != nil {
+		if err := checkWithin(d.Grant, r, now, u); err != nil {
 			t.Fatalf("case %d: %v\nrequest %+v\nrule %+v\ndecision %+v", i, err, r, u, d)
+		}
+		// The caveats the grant is issued with say exactly what it holds.
+		if back, err := grant.ParseRequest(d.Grant.Caveats(), now); err != nil || !reflect.DeepEqual(*back, d.Grant) {
+			t.Fatalf("case %d: the grant's caveats %v read back as %+v, %v; want %+v", i, d.Grant.Caveats(), back, err, d.Grant)
 		}
 		if len(d.Narrowed) == 0 {
 			if err := checkUnnarrowed(d.Grant, r); err != nil {
@@ -165,8 +170,9 @@ func TestNeverWider(t *testing.T) {
 	}
 }
 
-// checkWithin reports how g is wider than request r or rule u.
-func checkWithin(g, r Request, u *rule) error {
+// checkWithin reports how g is wider than request r, asked at now, or rule
+// u.
+func checkWithin(g, r grant.Request, now int64, u *rule) error {
 	for _, dim := range []struct {
 		name           string
 		got, req, rule []string
@@ -192,12 +198,12 @@ func checkWithin(g, r Request, u *rule) error {
 		maxLife = Ceiling
 	}
 	switch {
-	case g.Exp <= g.Now || g.Now != r.Now:
-		return fmt.Errorf("expiry %d not after now %d", g.Exp, r.Now)
+	case g.Exp <= now:
+		return fmt.Errorf("expiry %d not after now %d", g.Exp, now)
 	case r.Exp != 0 && g.Exp > r.Exp:
 		return fmt.Errorf("expiry %d later than requested %d", g.Exp, r.Exp)
-	case g.Exp-r.Now > maxLife:
-		return fmt.Errorf("lifetime %d longer than the rule's %d", g.Exp-r.Now, maxLife)
+	case g.Exp-now > maxLife:
+		return fmt.Errorf("lifetime %d longer than the rule's %d", g.Exp-now, maxLife)
 	case g.Nbf < r.Nbf:
 		return fmt.Errorf("not-before %d earlier than requested %d", g.Nbf, r.Nbf)
 	case g.Nbf != 0 && g.Nbf >= g.Exp:
@@ -226,7 +232,7 @@ func checkWithin(g, r Request, u *rule) error {
 
 // checkUnnarrowed reports where g differs from what r named, for decisions
 // that report no narrowing.
-func checkUnnarrowed(g, r Request) error {
+func checkUnnarrowed(g, r grant.Request) error {
 	switch {
 	case r.Svc != nil && !slices.Equal(g.Svc, r.Svc):
 		return fmt.Errorf("svc")
