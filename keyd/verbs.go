@@ -10,13 +10,17 @@ import (
 // The daemon's verbs, in one table (docs/protocol.md).
 //
 // To add a verb: its name in keyd/protocol, one entry in the table below (in
-// the order HELLO lists it), and its handler. The table is all the rest of
-// the daemon reads: the reader's unknown-verb check, the dispatch, the role
-// check, HELLO's manifest, the reader's inline rule, rate accounting and the
-// record kind of a refusal. TestVerbsAgreeEverywhere fails for a verb that
-// keyd/protocol defines and the table does not hold, and for a change to
-// HELLO's list of verbs until keyd/testdata/manifest_verbs.json is
-// rewritten (-update-verbs).
+// the order HELLO lists it), and its handler, which runs once the caller's
+// role was checked. The table is what the rest of the daemon reads: the
+// reader's unknown-verb check, the dispatch, the role check, HELLO's
+// manifest, the reader's inline rule, when a request counts against the
+// rate, and the record kind of a refusal. Two rules of one verb each stay
+// with their code: one WATCH per connection (readLoop), and an UNLOCK past
+// the rate refused even to an approver (chargeFor).
+//
+// TestVerbsAgreeEverywhere fails for a verb that keyd/protocol defines and
+// the table does not hold, and for a change to HELLO's list of verbs until
+// keyd/testdata/manifest_verbs.json is rewritten (-update-verbs).
 
 // role is who may call a verb. It comes from the kernel's uid (Roles),
 // never from the frame.
