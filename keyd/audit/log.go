@@ -1303,29 +1303,29 @@ func (l *Log) finish() {
 // replaced or truncated under the daemon stop issuance at the next record
 // instead of taking records nobody will find.
 func (l *Log) ready() error {
-	var fst, pst unix.Stat_t
-	if err := unix.Fstat(int(l.f.Fd()), &fst); err != nil {
+	fst, err := statFD(l.f)
+	if err != nil {
 		return unavailable("stat audit log", err)
 	}
-	err := unix.Lstat(l.path, &pst)
+	pst, err := statName(l.path)
 	what := ""
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		what = "was renamed or moved away: no file is at its path"
-		if fst.Nlink == 0 {
+		if fst.nlink == 0 {
 			what = "was deleted"
 		}
 	case err != nil:
 		return unavailable("stat audit log", err)
-	case pst.Dev != fst.Dev || pst.Ino != fst.Ino:
+	case pst.dev != fst.dev || pst.ino != fst.ino:
 		what = "was renamed, and another file is at its path now"
-		if fst.Nlink == 0 {
+		if fst.nlink == 0 {
 			what = "was deleted, and another file is at its path now"
 		}
-	case fst.Size < l.end:
-		what = fmt.Sprintf("was truncated from %d to %d bytes (logrotate's copytruncate does that; records in it are gone)", l.end, fst.Size)
-	case fst.Size > l.end && (l.pre || l.dirty == 0):
-		what = fmt.Sprintf("grew by %d bytes that the daemon did not write (another process writes to it)", fst.Size-l.end)
+	case fst.size < l.end:
+		what = fmt.Sprintf("was truncated from %d to %d bytes (logrotate's copytruncate does that; records in it are gone)", l.end, fst.size)
+	case fst.size > l.end && (l.pre || l.dirty == 0):
+		what = fmt.Sprintf("grew by %d bytes that the daemon did not write (another process writes to it)", fst.size-l.end)
 	}
 	if what == "" && l.dirty > 0 {
 		// What our own failed write left: take it back now that we can.

@@ -17,6 +17,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+
+	"golang.org/x/sys/unix"
 )
 
 // Filter selects records for Read, Follow and ShowLog. The zero Filter
@@ -222,8 +224,11 @@ func Follow(ctx context.Context, path string, f Filter, poll time.Duration, fn f
 			}
 			// A new file at the path: the old one is complete (closed or
 			// moved away); read what is left of it, then go on there.
-			var a, b syscall.Stat_t
-			if syscall.Fstat(int(cur.Fd()), &a) == nil && syscall.Stat(path, &b) == nil && (a.Dev != b.Dev || a.Ino != b.Ino) {
+			// Without reading the file's times, which would make each
+			// of the daemon's writes write the inode too (statMask).
+			a, aerr := statFD(cur)
+			b, berr := statx(unix.AT_FDCWD, path, 0)
+			if aerr == nil && berr == nil && (a.dev != b.dev || a.ino != b.ino) {
 				if _, err = readFrom(cur, path, off, &f, emit); err != nil {
 					return err
 				}
