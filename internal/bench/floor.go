@@ -234,6 +234,11 @@ type floorRound struct {
 	Request dist
 	// Sum is the floor's p50: the sum of the parts' p50.
 	Sum time.Duration
+	// EchoCPU is the echo process's CPU time per round trip (a): what a
+	// server spends, at the least, to be woken by a frame on a Unix socket,
+	// read it and write a reply. The daemon's CPU per grant is compared
+	// with its Ed25519 work plus this.
+	EchoCPU time.Duration
 }
 
 // dist is a latency distribution's p50 and p99.
@@ -248,6 +253,11 @@ func distOf(d []time.Duration) dist {
 // its own.
 func (f *floor) measureFloor(n int) (floorRound, error) {
 	a, b, c, req, d := make([]time.Duration, n), make([]time.Duration, n), make([]time.Duration, n), make([]time.Duration, n), make([]time.Duration, n)
+	echo := f.echo.Process.Pid
+	echo0, err := cpuTimeFine(echo)
+	if err != nil {
+		return floorRound{}, err
+	}
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
 		if err := f.roundTrip(); err != nil {
@@ -267,8 +277,13 @@ func (f *floor) measureFloor(n int) (floorRound, error) {
 		}
 		a[i], b[i], c[i], req[i], d[i] = t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), t3.Sub(t0), time.Since(t3)
 	}
+	echo1, err := cpuTimeFine(echo)
+	if err != nil {
+		return floorRound{}, err
+	}
 	r := floorRound{RoundTrip: distOf(a), Ed25519: distOf(b), Write: distOf(c), Request: distOf(req), Append: distOf(d)}
 	r.Sum = r.RoundTrip.P50 + r.Ed25519.P50 + r.Write.P50
+	r.EchoCPU = (echo1 - echo0) / time.Duration(n)
 	return r, nil
 }
 

@@ -79,6 +79,7 @@ type options struct {
 	verifyTime                                  string
 	verify                                      bool
 	signers                                     string
+	tmpfs                                       string // a tmpfs folder for the daemons' twins there (tmpfs.go)
 	startup                                     string // record counts for the start-up figures (startup.go)
 	scrub, scrubRate                            int    // -scrub: records of the log whose scrub is measured (scrub.go)
 }
@@ -150,6 +151,7 @@ func run() error {
 	flag.IntVar(&o.conns, "conns", 1000, "idle connections for the memory figure")
 	flag.StringVar(&o.verifyTime, "verify-benchtime", "1s", "-benchtime of grant's verification benchmarks")
 	flag.BoolVar(&o.verify, "verify", true, "run grant's verification and signing benchmarks")
+	flag.StringVar(&o.tmpfs, "tmpfs", "/dev/shm", "a tmpfs folder where this daemon (and -base) runs a second time, for the daemon's durable write: its p50 on disk less its p50 there (empty: none)")
 	flag.StringVar(&o.signers, "signers", "", `key backends too: "also" after the main figures, "only" for them alone (needs SoftHSM2)`)
 	flag.StringVar(&o.startup, "startup", "1000,100000,1000000", "audit log lengths for the start-up figures (empty: none)")
 	flag.IntVar(&o.scrub, "scrub", 0, "only the audit log scrub's cost, on a log of this many records (docs/performance.md): rounds of -n requests while it runs and after")
@@ -262,7 +264,7 @@ func run() error {
 		{name: sysKeydDocs, pid: pid, grants: true, connect: func(n int) ([]op, func(), error) { return rawClients(sock, n) }},
 		{name: sysSSH, pid: a.pid(), connect: func(n int) ([]op, func(), error) { return sshClients(a, n) }},
 	}
-	benv := &benchEnv{bin: bin, dir: dir, clients: o.clients, base: o.base}
+	benv := &benchEnv{bin: bin, dir: dir, clients: o.clients, base: o.base, tmpfs: o.tmpfs}
 	for _, add := range extraSystems {
 		more, err := add(benv)
 		if err != nil {
@@ -389,6 +391,7 @@ func run() error {
 	fig.Summary = summarize(&fig)
 
 	report(os.Stdout, &fig)
+	reportWrite(os.Stdout, &fig)
 	reportBase(os.Stdout, &fig)
 	reportSigners(os.Stdout, fig.Signers)
 	reportStartup(os.Stdout, fig.Startup)

@@ -42,6 +42,9 @@ type benchEnv struct {
 	clients  int
 	// base is the baseline's parley-keyd binary (-base), or "".
 	base string
+	// tmpfs is a tmpfs folder for the daemons' twins on tmpfs (-tmpfs),
+	// or "".
+	tmpfs string
 }
 
 // extraSystems start more systems to measure, after the bench's own. Each
