@@ -3,6 +3,7 @@ package audit
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,11 +47,20 @@ func (l *Log) setMode() {
 	l.pre = true
 }
 
+// growSoon asks the writer goroutine to grow the reserve ahead (growAhead).
+func (l *Log) growSoon() {
+	select {
+	case l.grow <- struct{}{}:
+	default: // asked already
+	}
+}
+
 // write appends b after the last record and makes it durable. On failure it
 // takes back what it wrote; if that fails too, the next write tries again
 // first (ready).
 func (l *Log) write(b []byte) error {
 	if l.pre && l.off+int64(len(b)) > l.end {
+		l.inline.Add(1)
 		if err := l.extend(l.off + int64(len(b))); err != nil {
 			return unavailable("preallocate audit log", err)
 		}
@@ -97,8 +107,32 @@ func (l *Log) write(b []byte) error {
 	l.off += int64(n)
 	if !l.pre {
 		l.end = l.off
+	} else if l.end-l.off < l.o.Preallocate/2 {
+		l.growSoon()
 	}
 	return nil
+}
+
+// growAhead runs on the writer goroutine, holding wmu, when a commit left
+// less than half of the reserve: it writes the next chunk of zeros and
+// fsyncs them there, between requests, so that a request's own commit
+// finds its space written and has no size or allocation for fdatasync to
+// commit (issue 25). The reserve is then between half a chunk and one and
+// a half. A failure (a full disk) is tried again a second later at the
+// earliest; meanwhile records go on into what is left, and a commit that
+// finds too little tries to grow it itself, and fails as unavailable when
+// it cannot.
+func (l *Log) growAhead() {
+	// A deferred log writes nothing before Start (l.waiting).
+	if !l.pre || l.f == nil || l.waiting != nil || l.end-l.off >= l.o.Preallocate/2 || l.now().Before(l.growRetry) {
+		return
+	}
+	if err := l.ready(); err != nil {
+		return // the next commit reports it
+	}
+	if err := l.extend(l.end + 1); err != nil {
+		l.growRetry = l.now().Add(time.Second)
+	}
 }
 
 // extend writes zeros from the end of the file up to at least need, in

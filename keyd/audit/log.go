@@ -175,6 +175,7 @@ type Log struct {
 	now  func() time.Time
 
 	ctl  chan func()
+	grow chan struct{} // (buffer 1) the reserve fell under half: the writer goroutine grows it
 	stop chan struct{} // closed by Close: the writer goroutine finishes
 	done chan struct{} // closed when the writer goroutine has returned
 
@@ -187,26 +188,27 @@ type Log struct {
 	// wmu is held by whoever writes: an appender committing the pending
 	// records (the leader), or the writer goroutine (ticks, do, Close).
 	// What follows is guarded by it once Open returns.
-	wmu      sync.Mutex
-	f        *os.File
-	seq      uint64
-	head     string
-	off      int64 // end of the last committed record
-	end      int64 // the file's length as the log left it: off, or more with a preallocated tail
-	pre      bool  // the tail is preallocated: records are written in place and made durable with fdatasync
-	dirty    int64 // bytes after off that a failed write may have left, to take back before the next write
-	vanished *VanishedError
-	logID    string
-	segFirst uint64    // seq of the active segment's first record
-	segTime  time.Time // time of the active segment's first record
-	sinceCP  int       // records since the last checkpoint record
-	lastCPAt time.Time
-	cpRetry  time.Time   // no checkpoint attempt before (after a failed one)
-	segRetry time.Time   // no new segment attempt before
-	retainAt time.Time   // retention runs at this time or later, if set
-	created  *Checkpoint // the first checkpoint of a log Open created
-	buf      bytes.Buffer
-	closeErr error
+	wmu       sync.Mutex
+	f         *os.File
+	seq       uint64
+	head      string
+	off       int64 // end of the last committed record
+	end       int64 // the file's length as the log left it: off, or more with a preallocated tail
+	pre       bool  // the tail is preallocated: records are written in place and made durable with fdatasync
+	dirty     int64 // bytes after off that a failed write may have left, to take back before the next write
+	vanished  *VanishedError
+	logID     string
+	segFirst  uint64    // seq of the active segment's first record
+	segTime   time.Time // time of the active segment's first record
+	sinceCP   int       // records since the last checkpoint record
+	lastCPAt  time.Time
+	cpRetry   time.Time   // no checkpoint attempt before (after a failed one)
+	segRetry  time.Time   // no new segment attempt before
+	growRetry time.Time   // no attempt to grow the reserve ahead before (after a failed one)
+	retainAt  time.Time   // retention runs at this time or later, if set
+	created   *Checkpoint // the first checkpoint of a log Open created
+	buf       bytes.Buffer
+	closeErr  error
 
 	// A deferred log (Options.Deferred) until its open checkpoint is
 	// written: what Open found, Start's records, when to try again. A log
@@ -233,6 +235,7 @@ type Log struct {
 
 	quiet    atomic.Bool   // Open failed: close without a stop checkpoint
 	syncs    atomic.Uint64 // fsyncs issued by the writer; read by tests and benchmarks
+	inline   atomic.Uint64 // preallocations a commit had to make itself (not ahead); read by tests
 	openRead int64         // bytes Open read from the log; read by tests
 }
 
@@ -307,6 +310,7 @@ func (o Options) Open(path string) (*Log, error) {
 		o:      o,
 		now:    o.Now,
 		ctl:    make(chan func()),
+		grow:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -918,6 +922,9 @@ func (l *Log) openCheckpoint(st *openState, then ...Record) error {
 	if st.migrate {
 		return l.rotate()
 	}
+	// The log is open and written: its reserve is grown ahead of the
+	// first request.
+	l.growSoon()
 	return nil
 }
 
@@ -1243,6 +1250,10 @@ func (l *Log) writer() {
 		case fn := <-l.ctl:
 			l.wmu.Lock()
 			fn()
+			l.unlockWriter()
+		case <-l.grow:
+			l.wmu.Lock()
+			l.growAhead()
 			l.unlockWriter()
 		case <-ticker.C:
 			l.wmu.Lock()

@@ -149,6 +149,7 @@ func (l *Log) startSegment(reason string, keepOld func(old *os.File) error) erro
 	l.head = lineHash(line)
 	l.segFirst, l.segTime = l.seq, l.now()
 	l.dirty, l.vanished = 0, nil
+	l.growSoon()
 	l.headMu.Lock()
 	l.headCopy = Head{Seq: l.seq, Hash: l.head}
 	l.headMu.Unlock()
