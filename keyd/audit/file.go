@@ -124,7 +124,12 @@ func (l *Log) write(b []byte) error {
 // it cannot.
 func (l *Log) growAhead() {
 	// A deferred log writes nothing before Start (l.waiting).
-	if !l.pre || l.f == nil || l.waiting != nil || l.end-l.off >= l.o.Preallocate/2 || l.now().Before(l.growRetry) {
+	if !l.pre || l.f == nil || l.waiting != nil || l.end-l.off >= l.o.Preallocate/2 {
+		return
+	}
+	// The clock is read only after a failure: a test's clock moves on
+	// each reading, and records' times must not depend on when this ran.
+	if !l.growRetry.IsZero() && l.now().Before(l.growRetry) {
 		return
 	}
 	if err := l.ready(); err != nil {
@@ -132,7 +137,9 @@ func (l *Log) growAhead() {
 	}
 	if err := l.extend(l.end + 1); err != nil {
 		l.growRetry = l.now().Add(time.Second)
+		return
 	}
+	l.growRetry = time.Time{}
 }
 
 // extend writes zeros from the end of the file up to at least need, in

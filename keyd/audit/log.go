@@ -79,10 +79,12 @@ type Options struct {
 	// Retain removes closed segments whose last record is older than this,
 	// once every witness has a checkpoint after them. Zero keeps them all.
 	Retain time.Duration
-	// Preallocate, when above zero, makes the log write zeros this far
-	// ahead of its last record and then write records in place, made
-	// durable with fdatasync: about half the cost of an fsync that appends
-	// on ext4 (issue 15, BenchmarkWriteSync). The space written ahead is a
+	// Preallocate, when above zero, makes the log write zeros ahead of its
+	// last record, this much at a time, and then write records in place,
+	// made durable with fdatasync: about half the cost of an fsync that
+	// appends on ext4 (issue 15, BenchmarkWriteSync). The zeros are written
+	// by the writer goroutine whenever less than half of this is left
+	// (growAhead), not by a request's commit. The space written ahead is a
 	// reserve: records go on being written into it when the disk is
 	// full, and Append refuses only when it is used up. Readers here stop
 	// at the zeros, and the log cuts them when it closes; tail -f and
