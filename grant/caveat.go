@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/lensfmt"
 )
 
 // Caveat is one restriction of a grant: a single-key JSON object (§6.3).
@@ -395,4 +397,4 @@ func listWords(ss []string) string {
 	return " " + strings.Join(ss, ", ")
 }
 
-func timeWords(unix int64) string { return FormatTime(unix) }
+func timeWords(unix int64) string { return lensfmt.Time(unix) }

@@ -1,6 +1,6 @@
 // Package grant implements the grants of the Parley Protocol v1 (§6): keys,
 // canonical JSON, tokens, caveats, verification, proofs of possession,
-// proposal hashes and consent, and the Lens text that a human is shown.
+// proposal hashes and consent.
 //
 // It is what a Parley service written in Go imports to verify grants, and
 // what parley-keyd uses to issue them. It is pure: no I/O, no clock (every
@@ -96,9 +96,7 @@
 //
 // # Lens and display
 //
-// LensReply, LensValue and LensProposal render replies and values as the
-// deterministic Lens text of §9, Estimate counts tokens as in §8, and
-// DisplayReply, DisplayProposal, SafeText and SafeLines neutralize
-// untrusted text (control characters, bidi overrides, zero-width
-// characters, terminal escapes) before a human sees it.
+// The Lens text of §9 that a human is shown, the neutralizing of untrusted
+// text and the estimate of §8 live in grant/lens, which a service that only
+// verifies grants need not link.
 package grant

@@ -13,9 +13,30 @@ type Money struct {
 	Currency string `json:"currency"`
 }
 
-// String returns m as a human reads it, such as "12.50 USD" or "500 JPY"
-// (§9.2).
-func (m Money) String() string { return FormatMoney(m.Amount, m.Currency) }
+// String returns m as a human reads it and as Lens shows money (§9.2): the
+// amount divided by 100 with exactly two decimals, a leading - when
+// negative, a space and the currency ("12.50 USD", "-0.05 EUR"); a
+// zero-decimal currency without decimals ("500 JPY").
+func (m Money) String() string {
+	var b strings.Builder
+	u := uint64(m.Amount)
+	if m.Amount < 0 {
+		b.WriteByte('-')
+		u = -u // two's complement: right for math.MinInt64 too
+	}
+	if ZeroDecimal(m.Currency) {
+		b.WriteString(strconv.FormatUint(u, 10))
+	} else {
+		b.WriteString(strconv.FormatUint(u/100, 10))
+		b.WriteByte('.')
+		c := u % 100
+		b.WriteByte(byte('0' + c/10))
+		b.WriteByte(byte('0' + c%10))
+	}
+	b.WriteByte(' ')
+	b.WriteString(m.Currency)
+	return b.String()
+}
 
 var _ fmt.Stringer = Money{}
 

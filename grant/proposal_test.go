@@ -224,25 +224,9 @@ func TestProposalKeepsItsHash(t *testing.T) {
 	if f := p.Facts(); f.Hash != h || p.Hash != "claimed" {
 		t.Errorf("Facts().Hash = %q, Hash = %q", f.Hash, p.Hash)
 	}
-	// The display is DisplayProposal of what the hash covers, with no
-	// parse of its own.
-	got, err := p.Display(40)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := DisplayProposal(p.HashedBytes(), 40)
-	if err != nil || got != want {
-		t.Errorf("Display:\n%s\nDisplayProposal of the hashed bytes:\n%s (%v)", got, want, err)
-	}
-	if strings.Contains(got, "weight") || !strings.Contains(got, "12.50 USD") {
-		t.Errorf("Display shows data or lacks the cost:\n%s", got)
-	}
 	// A Proposal not made by ParseProposal has no hash to check against.
 	if err := CheckConsent(ConsentRequest{Hash: h}, "s", &Proposal{ID: "p_7Hc2"}, testNow); CodeOf(err) != CodeInvalidParams {
 		t.Errorf("CheckConsent of a hand-made proposal: %v", err)
-	}
-	if _, err := (&Proposal{}).Display(0); err == nil {
-		t.Error("Display of a hand-made proposal: no error")
 	}
 }
 
@@ -263,11 +247,6 @@ func FuzzParseProposal(f *testing.F) {
 		h, err := ProposalHash(in)
 		if err != nil || h != p.ContentHash() {
 			t.Fatalf("ProposalHash %q %v, ContentHash %q", h, err, p.ContentHash())
-		}
-		got, err1 := p.Display(30)
-		want, err2 := DisplayProposal(p.HashedBytes(), 30)
-		if err1 != nil || err2 != nil || got != want {
-			t.Fatalf("Display differs:\n%s\n%s\n%v %v", got, want, err1, err2)
 		}
 		var q Proposal
 		if err := DecodeStrict(in, &q); err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/lensfmt"
 )
 
 func allCaveats() []Caveat {
@@ -390,7 +392,7 @@ func TestDescribe(t *testing.T) {
 			Caveats: root.Blocks[0].Payload.Caveats,
 			Words: []string{
 				"only at service shop.example",
-				"expires at " + FormatTime(testNow+3600),
+				"expires at " + lensfmt.Time(testNow+3600),
 				"commits cost at most 30.00 USD each",
 			},
 			Iat: testNow - 100, Expires: testNow + 3600, HasExpiry: true,
@@ -400,8 +402,8 @@ func TestDescribe(t *testing.T) {
 			Caveats: tok.Blocks[1].Payload.Caveats,
 			Words: []string{
 				"only capability shop.search",
-				"expires at " + FormatTime(testNow-1),
-				"expires at " + FormatTime(testNow+10),
+				"expires at " + lensfmt.Time(testNow-1),
+				"expires at " + lensfmt.Time(testNow+10),
 			},
 			Iat: testNow - 50, Expires: testNow - 1, HasExpiry: true, Expired: true,
 		},

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
@@ -166,7 +166,7 @@ var ErrLockNotDurable = errors.New("the lock holds, but the lock file could not 
 // in the log.
 func (s *Server) lockNow(a Approval, reason string) (st LockState, already bool, err error) {
 	// Cut by runes, visibly, never inside a UTF-8 sequence or an escape.
-	reason = grant.SafeText(strings.TrimSpace(reason), maxLockReason)
+	reason = lens.SafeText(strings.TrimSpace(reason), maxLockReason)
 	s.lock.mu.Lock()
 	if s.lock.cur != nil {
 		st := *s.lock.cur

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/policies"
 )
@@ -27,7 +28,7 @@ const maxShownField = 1000
 // human sees it: control characters, terminal escapes, bidi overrides and
 // zero-width characters become visible. It cuts nothing; what reaches it is
 // bounded before.
-func safe(s string) string { return grant.SafeText(s, 0) }
+func safe(s string) string { return lens.SafeText(s, 0) }
 
 func (s *Server) relTime(unix int64) string {
 	d := time.Unix(unix, 0).Sub(s.now()).Round(time.Second)
@@ -88,10 +89,10 @@ func (s *Server) grantSummary(g grant.Request) string {
 		parts = append(parts, "any amount of money")
 	default:
 		if g.Per != nil {
-			parts = append(parts, "at most "+grant.FormatMoney(g.Per.Amount, g.Per.Currency)+" an action")
+			parts = append(parts, "at most "+lens.FormatMoney(g.Per.Amount, g.Per.Currency)+" an action")
 		}
 		if g.Spend != nil {
-			parts = append(parts, "at most "+grant.FormatMoney(g.Spend.Amount, g.Spend.Currency)+" in all")
+			parts = append(parts, "at most "+lens.FormatMoney(g.Spend.Amount, g.Spend.Currency)+" in all")
 		}
 	}
 	if g.Risk != "" {
@@ -128,10 +129,10 @@ func (s *Server) renderGrant(r *request, id, agent, holder string, d policies.De
 		out.list("Capability patterns", g.Can)
 	}
 	if g.Per != nil {
-		out.line("Money: at most %s for each action", safe(grant.FormatMoney(g.Per.Amount, g.Per.Currency)))
+		out.line("Money: at most %s for each action", safe(lens.FormatMoney(g.Per.Amount, g.Per.Currency)))
 	}
 	if g.Spend != nil {
-		out.line("Money: at most %s in all", safe(grant.FormatMoney(g.Spend.Amount, g.Spend.Currency)))
+		out.line("Money: at most %s in all", safe(lens.FormatMoney(g.Spend.Amount, g.Spend.Currency)))
 	}
 	if g.Per == nil && g.Spend == nil {
 		out.line("Money: no limit from this grant")
@@ -164,7 +165,7 @@ func (s *Server) renderGrant(r *request, id, agent, holder string, d policies.De
 func (s *Server) consentSummary(p *grant.Proposal) string {
 	cost := "free"
 	if p.Cost != nil && p.Cost.Amount != 0 {
-		cost = grant.FormatMoney(p.Cost.Amount, p.Cost.Currency)
+		cost = lens.FormatMoney(p.Cost.Amount, p.Cost.Currency)
 	}
 	undo := "no undo"
 	if p.Undo != nil {
@@ -181,7 +182,7 @@ func (s *Server) consentSummary(p *grant.Proposal) string {
 // "data" is not shown, since the hash does not cover it and an agent could
 // add words of its own there ("this is a refund").
 func (s *Server) renderConsent(r *request, id, agent, holder, service string, p *grant.Proposal, cavs []grant.Caveat, d policies.ConsentDecision) (protocol.PendingView, error) {
-	lens, err := p.Display(0)
+	shown, err := lens.Display(p, 0)
 	if err != nil {
 		// A proposal the daemon cannot show whole is not shown at all.
 		return protocol.PendingView{}, &protocol.Error{Code: protocol.CodeInvalidParams,
@@ -192,7 +193,7 @@ func (s *Server) renderConsent(r *request, id, agent, holder, service string, p 
 	out.line("Request %s: consent to ONE action at %s", id, safe(service))
 	out.asker(r.caller.who(agent))
 	out.line("In short: %s", summary)
-	for _, l := range strings.Split(strings.TrimSuffix(lens, "\n"), "\n") {
+	for _, l := range strings.Split(strings.TrimSuffix(shown, "\n"), "\n") {
 		out.line("%s", l)
 	}
 	out.line("The proposal expires %s.", s.relTime(p.Expires))
@@ -204,7 +205,7 @@ func (s *Server) renderConsent(r *request, id, agent, holder, service string, p 
 	}
 	cost := "free"
 	if p.Cost != nil && p.Cost.Amount != 0 {
-		cost = grant.FormatMoney(p.Cost.Amount, p.Cost.Currency)
+		cost = lens.FormatMoney(p.Cost.Amount, p.Cost.Currency)
 	}
 	return protocol.PendingView{
 		ID: id, Kind: "consent", Caller: r.caller.view(), Agent: agent, Holder: holder, Rule: d.Rule,

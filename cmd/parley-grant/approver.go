@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/parley-keyd/parley-keyd/notify/desktop"
 
 	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
@@ -211,10 +212,10 @@ func damageAlarm(a *desktop.Approver) func(protocol.AuditDamage) {
 			approverLogf("the daemon's audit log damage was acknowledged by an admin; issuance resumed")
 			return
 		}
-		msg := grant.SafeText(d.Message, 600)
+		msg := lens.SafeText(d.Message, 600)
 		approverLogf("ALERT: %s", msg)
 		a.Alarm(fmt.Sprintf("The daemon's audit log failed verification [%s]: %s. "+
-			"Tell the admin: parley-keyd audit verify shows the damage.", grant.SafeText(d.Reason, 40), msg))
+			"Tell the admin: parley-keyd audit verify shows the damage.", lens.SafeText(d.Reason, 40), msg))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/parley-keyd/parley-keyd/keyd/client"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/spf13/cobra"
 )
 
@@ -86,9 +87,9 @@ func completeRequest(cmd *cobra.Command, args []string, toComplete string) ([]st
 	for _, v := range list {
 		// The id and title come from the daemon; a completion line must
 		// stay one line, with one tab before its description.
-		id := grant.SafeText(v.ID, 64)
+		id := lens.SafeText(v.ID, 64)
 		if strings.HasPrefix(id, toComplete) && !strings.ContainsAny(id, " \t") {
-			out = append(out, id+"\t"+grant.SafeText(v.Title, 80))
+			out = append(out, id+"\t"+lens.SafeText(v.Title, 80))
 		}
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/spf13/cobra"
 )
 
@@ -142,7 +143,7 @@ func buildReport(t *grant.Token, now int64) *inspectReport {
 }
 
 // printReport writes rep for a human. Every piece of text that came from
-// the token passes through grant.SafeText: a token is attacker input, and
+// the token passes through lens.SafeText: a token is attacker input, and
 // its caveat values must not be able to drive the terminal.
 func printReport(rep *inspectReport, now int64) {
 	var b strings.Builder
@@ -205,4 +206,4 @@ func blocksWords(n int) string {
 
 // safe neutralizes text from a token or a file for one line of a terminal,
 // cutting it visibly after 200 characters.
-func safe(s string) string { return grant.SafeText(s, 200) }
+func safe(s string) string { return lens.SafeText(s, 200) }

@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -33,17 +33,17 @@ escapes, so that the service's text cannot drive the terminal.`,
 			}
 			var out string
 			if !asValue && isFrame(raw) {
-				out, err = grant.LensReply(raw)
+				out, err = lens.Reply(raw)
 				if err != nil {
 					return fail(err, "a JSON object with \"kind\" is a reply frame; use --value to render it as a plain value")
 				}
-			} else if out, err = grant.LensValue(raw); err != nil {
+			} else if out, err = lens.Value(raw); err != nil {
 				return fail(err, "")
 			}
 			if safeFlag || term.IsTerminal(int(os.Stdout.Fd())) {
 				// Every line break of a Lens rendering is its own:
 				// strings with line breaks are quoted (§9.1).
-				out = grant.SafeLines(out, 0)
+				out = lens.SafeLines(out, 0)
 			}
 			if !strings.HasSuffix(out, "\n") {
 				out += "\n"

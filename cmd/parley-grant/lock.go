@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/spf13/cobra"
 )
 
@@ -35,7 +35,7 @@ unlock: an agent running as your own user must not be able to lift it.`,
 			}
 			switch {
 			case msg == "already locked":
-				infof("already locked by %s since %s", grant.SafeText(v.By, 100), time.Unix(v.At, 0).UTC().Format(time.RFC3339))
+				infof("already locked by %s since %s", lens.SafeText(v.By, 100), time.Unix(v.At, 0).UTC().Format(time.RFC3339))
 			case msg == "locked":
 				infof("locked: every request is refused and every waiting one was withdrawn")
 			default:

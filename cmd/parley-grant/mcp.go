@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/spf13/cobra"
 )
 
@@ -339,7 +340,7 @@ func caveatList(cavs []grant.Caveat) []any {
 func caveatWords(cavs []grant.Caveat) []string {
 	out := make([]string, 0, len(cavs))
 	for _, c := range cavs {
-		out = append(out, grant.SafeText(c.Describe(), 200))
+		out = append(out, lens.SafeText(c.Describe(), 200))
 	}
 	return out
 }
@@ -546,7 +547,7 @@ func (t *mcpTools) wait(ctx context.Context, req *mcp.CallToolRequest, in waitAr
 
 // noRequest is the refusal for a request id that nothing waits under here.
 func noRequest(id string) *toolError {
-	return &toolError{Code: string(protocol.CodeNotFound), Message: fmt.Sprintf("no request %q waits in this MCP server", grant.SafeText(id, 64)),
+	return &toolError{Code: string(protocol.CodeNotFound), Message: fmt.Sprintf("no request %q waits in this MCP server", lens.SafeText(id, 64)),
 		Fix: "its result was returned already, or it was withdrawn, or another server sent it; ask again if you still need it"}
 }
 
@@ -801,7 +802,7 @@ func (t *mcpTools) inspect(ctx context.Context, req *mcp.CallToolRequest, in ins
 		if len(bl.Words) > 0 {
 			words = strings.Join(bl.Words, "; ")
 		}
-		fmt.Fprintf(&b, "Block %d, held by %s: %s.\n", bl.Index, bl.Holder, grant.SafeText(words, 2000))
+		fmt.Fprintf(&b, "Block %d, held by %s: %s.\n", bl.Index, bl.Holder, lens.SafeText(words, 2000))
 	}
 	return textResult("%s", strings.TrimSuffix(b.String(), "\n")), out, nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/spf13/cobra"
 )
 
@@ -96,8 +97,8 @@ func isCobraUsage(err error) bool {
 
 // oneLine makes s safe to print on one line of a terminal: messages can
 // hold text from a token or a file, which must not move the cursor, forge
-// lines or hide characters (see grant.SafeText).
-func oneLine(s string) string { return grant.SafeText(s, 600) }
+// lines or hide characters (see lens.SafeText).
+func oneLine(s string) string { return lens.SafeText(s, 600) }
 
 // warnf writes a warning to stderr as "parley-grant: warning: …".
 func warnf(format string, args ...any) {
@@ -137,10 +138,10 @@ func encodeJSON(w io.Writer, v any) error {
 	return err
 }
 
-// escapeJSONText is grant.EscapeJSONText: raw JSON from the socket (a
+// escapeJSONText is lens.EscapeJSONText: raw JSON from the socket (a
 // proposal, an audit record) printed with every character that could steer
 // a terminal as a \u escape, its values unchanged.
-func escapeJSONText(b []byte) []byte { return grant.EscapeJSONText(b) }
+func escapeJSONText(b []byte) []byte { return lens.EscapeJSONText(b) }
 
 // wantsJSON reports whether cmd was run with --json.
 func wantsJSON(cmd *cobra.Command) bool {

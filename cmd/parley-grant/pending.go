@@ -10,7 +10,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
-	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/spf13/cobra"
 )
 
@@ -66,8 +66,8 @@ func printPending(v protocol.PendingView) { printPendingTo(os.Stdout, v) }
 func printPendingTo(w io.Writer, v protocol.PendingView) {
 	// The daemon made these safe already; a terminal gets them through the
 	// same neutralizer once more, in case a daemon or proxy did not.
-	fmt.Fprintf(w, "%s — %s (approve before %s)\n", grant.SafeText(v.ID, 64), grant.SafeText(v.Title, 200), time.Unix(v.Expires, 0).Format("15:04:05"))
-	fmt.Fprint(w, grant.SafeLines(v.Text, 0))
+	fmt.Fprintf(w, "%s — %s (approve before %s)\n", lens.SafeText(v.ID, 64), lens.SafeText(v.Title, 200), time.Unix(v.Expires, 0).Format("15:04:05"))
+	fmt.Fprint(w, lens.SafeLines(v.Text, 0))
 	if v.Strong {
 		fmt.Fprintln(w, "Only a strong channel may approve it.")
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
@@ -46,7 +46,7 @@ func printStatus(m *protocol.Manifest) {
 	fmt.Printf("principal: %s\n", m.Principal)
 	for _, p := range m.Previous {
 		// A rotation's old key: services trust it until then.
-		fmt.Printf("rotated out, still trusted until %s: %s\n", time.Unix(p.Until, 0).UTC().Format(time.RFC3339), grant.SafeText(p.Key, 60))
+		fmt.Printf("rotated out, still trusted until %s: %s\n", time.Unix(p.Until, 0).UTC().Format(time.RFC3339), lens.SafeText(p.Key, 60))
 	}
 	who := fmt.Sprintf("you: %s (uid %d) as %s", m.Caller.User, m.Caller.UID, strings.Join(m.Caller.Roles, " and "))
 	if m.Caller.Agent != "" {
@@ -76,15 +76,15 @@ func printStatus(m *protocol.Manifest) {
 	if l := m.Locked; l != nil {
 		reason := ""
 		if l.Reason != "" {
-			reason = " (" + grant.SafeText(l.Reason, 200) + ")"
+			reason = " (" + lens.SafeText(l.Reason, 200) + ")"
 		}
 		fmt.Printf("LOCKED by %s since %s%s: every request is refused until an approver runs: parley-grant unlock\n",
-			grant.SafeText(l.By, 100), time.Unix(l.At, 0).UTC().Format(time.RFC3339), reason)
+			lens.SafeText(l.By, 100), time.Unix(l.At, 0).UTC().Format(time.RFC3339), reason)
 	}
 	if rules := mayRules(m.May); len(rules) > 0 {
 		fmt.Println("what you may ask for, rule by rule (the first that covers a request decides):")
 		for _, r := range rules {
-			fmt.Printf("  - rule %q: %s\n", grant.SafeText(r.Rule, 100), grant.SafeText(r.Text, 600))
+			fmt.Printf("  - rule %q: %s\n", lens.SafeText(r.Rule, 100), lens.SafeText(r.Text, 600))
 		}
 	} else if m.Caller.Agent == "" && slices.Contains(m.Caller.Roles, "agent") {
 		fmt.Println("what you may ask for: nothing; the policy names no agent for you")

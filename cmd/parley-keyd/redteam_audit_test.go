@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 )
 
@@ -44,7 +44,7 @@ func TestCLIAuditShowJSONNeutralizes(t *testing.T) {
 		t.Fatalf("audit show --json: %v", err)
 	}
 	for _, r := range string(out) {
-		if r != '\n' && grant.SafeText(string(r), 0) != string(r) {
+		if r != '\n' && lens.SafeText(string(r), 0) != string(r) {
 			t.Fatalf("U+%04X reached the terminal raw: %q", r, out)
 		}
 	}
@@ -54,7 +54,7 @@ func TestCLIAuditShowJSONNeutralizes(t *testing.T) {
 		t.Fatalf("audit show: %v", err)
 	}
 	for _, r := range string(text) {
-		if r != '\n' && grant.SafeText(string(r), 0) != string(r) {
+		if r != '\n' && lens.SafeText(string(r), 0) != string(r) {
 			t.Fatalf("audit show: U+%04X reached the terminal raw: %q", r, text)
 		}
 	}

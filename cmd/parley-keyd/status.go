@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/parley-keyd/parley-keyd/internal/filetrust"
 	"github.com/parley-keyd/parley-keyd/internal/procgroup"
 	"github.com/parley-keyd/parley-keyd/keyd"
@@ -116,7 +117,7 @@ func (d *doctor) fail(check, hint, format string, args ...any) {
 }
 
 // oneLine keeps what status prints from files on one visible line.
-func oneLine(s string) string { return grant.SafeText(s, 400) }
+func oneLine(s string) string { return lens.SafeText(s, 400) }
 
 func (d *doctor) run() {
 	checks := []struct {

@@ -9,7 +9,9 @@
 //     and the daemon cannot reach it anyway (it refuses clients of another
 //     uid);
 //   - grant, which every Parley service imports to verify grants, links
-//     nothing outside the standard library and golang.org/x/crypto;
+//     nothing outside the standard library, golang.org/x/crypto and its own
+//     internal packages; grant/lens, the Lens text a human is shown, links
+//     grant and no more;
 //   - policies is pure: grant, the standard library, its TOML parser and
 //     the one duration parser (internal/duration, itself standard library only);
 //   - the client and the wire types link nothing of the daemon's.
@@ -89,8 +91,9 @@ func TestOnlyAllowedImports(t *testing.T) {
 		pkg     string
 		allowed []string // exact paths or "prefix/..."
 	}{
-		{module + "/grant", []string{"golang.org/x/crypto/..."}},
-		{module + "/policies", []string{module + "/grant", module + "/internal/duration", "golang.org/x/crypto/...", "github.com/pelletier/go-toml/v2/..."}},
+		{module + "/grant", []string{module + "/grant/internal/...", "golang.org/x/crypto/..."}},
+		{module + "/grant/lens", []string{module + "/grant", module + "/grant/internal/...", "golang.org/x/crypto/..."}},
+		{module + "/policies", []string{module + "/grant", module + "/grant/internal/...", module + "/internal/duration", "golang.org/x/crypto/...", "github.com/pelletier/go-toml/v2/..."}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.TrimPrefix(tt.pkg, module+"/"), func(t *testing.T) {

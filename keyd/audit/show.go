@@ -16,7 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 
 	"golang.org/x/sys/unix"
 )
@@ -263,8 +263,8 @@ func ShowLog(ctx context.Context, path string, w io.Writer, o ShowOptions) error
 			// As stored, but what an agent sent (a caveat value) may
 			// hold bidi overrides or C1 controls that encoding/json
 			// leaves raw: they are written as \u escapes, which keeps
-			// the JSON's values (grant.EscapeJSONText).
-			bw.Write(grant.EscapeJSONText(line))
+			// the JSON's values (lens.EscapeJSONText).
+			bw.Write(lens.EscapeJSONText(line))
 		} else {
 			bw.WriteString(FormatRecord(rec))
 		}

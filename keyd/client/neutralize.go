@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 
-	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
@@ -15,14 +15,14 @@ import (
 // a daemon's strings hold what agents and services wrote. Shown as they
 // came, they could set the clipboard (OSC 52), forge the screen (CSI 2J),
 // reorder text (U+202E) or forge lines. So every string the client decodes
-// from a reply passes through grant.SafeText before any caller sees it, in
+// from a reply passes through lens.SafeText before any caller sees it, in
 // this one place: no command, MCP tool or approver can forget it.
 //
 // The exceptions keep bytes exactly, because something checks them: a
 // field tagged `display:"exact"` (a proposal an approver re-hashes, audit
 // records as stored) keeps its JSON as sent, and a field tagged
 // `display:"lines"` (a request's whole rendering) keeps its line breaks
-// (grant.SafeLines). Whoever prints an exact field must neutralize it
+// (lens.SafeLines). Whoever prints an exact field must neutralize it
 // itself; parley-grant's JSON output escapes every rune SafeText would
 // escape, which leaves the values as they are.
 
@@ -53,9 +53,9 @@ func safeString(s string, lines bool) string {
 		return s
 	}
 	if lines {
-		return grant.SafeLines(s, 0)
+		return lens.SafeLines(s, 0)
 	}
-	return grant.SafeText(s, 0)
+	return lens.SafeText(s, 0)
 }
 
 // plain reports whether s is printable ASCII only, which SafeText leaves

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
@@ -24,7 +24,7 @@ func TestDecodeDataNeutralizes(t *testing.T) {
 	if err := decodeData([]byte(raw), &v); err != nil {
 		t.Fatal(err)
 	}
-	one, lines := grant.SafeText(evil, 0), grant.SafeLines(evil, 0)
+	one, lines := lens.SafeText(evil, 0), lens.SafeLines(evil, 0)
 	for name, got := range map[string]string{"id": v.ID, "title": v.Title, "channel": v.Channels[0], "user": v.Caller.User} {
 		if got != one {
 			t.Errorf("%s = %q, want %q", name, got, one)

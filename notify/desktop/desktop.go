@@ -20,7 +20,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 )
 
 // The freedesktop notification service (Desktop Notifications Specification 1.2).
@@ -276,7 +276,7 @@ var markupEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 // them through their markup parser, and escaping would show "&lt;" on the
 // others; look-alike characters read the same on both.
 func plainSummary(s string) string {
-	return strings.NewReplacer("&", "＆", "<", "‹", ">", "›").Replace(grant.SafeText(s, 200))
+	return strings.NewReplacer("&", "＆", "<", "‹", ">", "›").Replace(lens.SafeText(s, 200))
 }
 
 // Decider is the daemon side of the approver: *client.Client.
@@ -564,15 +564,15 @@ func (a *Approver) body(v protocol.PendingView) string {
 		b.WriteString(WeakLine + "\n")
 	}
 	if fitsNotification(v) {
-		b.WriteString(strings.TrimRight(grant.SafeLines(v.Text, 0), "\n"))
+		b.WriteString(strings.TrimRight(lens.SafeLines(v.Text, 0), "\n"))
 		b.WriteString("\nChoose the code shown where the agent asked. A wrong code denies the request.")
 	} else {
-		fmt.Fprintf(&b, "%s\n", grant.SafeText(v.Summary, 0))
+		fmt.Fprintf(&b, "%s\n", lens.SafeText(v.Summary, 0))
 		fmt.Fprintf(&b, "This request is %d lines long, more than a notification shows whole, so it cannot be approved here.\n", v.Lines)
-		fmt.Fprintf(&b, "Read it whole and decide in a terminal: parley-grant approve %s", grant.SafeText(v.ID, 64))
+		fmt.Fprintf(&b, "Read it whole and decide in a terminal: parley-grant approve %s", lens.SafeText(v.ID, 64))
 	}
 	if v.Link != "" {
-		fmt.Fprintf(&b, "\nOr approve it on your phone: %s", grant.SafeText(v.Link, 400))
+		fmt.Fprintf(&b, "\nOr approve it on your phone: %s", lens.SafeText(v.Link, 400))
 	}
 	if a.s.Markup() {
 		return EscapeMarkup(b.String())
@@ -621,7 +621,7 @@ func (a *Approver) event(ctx context.Context, ev Event) {
 	if errors.As(err, &e) {
 		why = e.Message
 	}
-	msg := fmt.Sprintf("Request %s: %s", id, grant.SafeText(why, 300))
+	msg := fmt.Sprintf("Request %s: %s", id, lens.SafeText(why, 300))
 	if e != nil && e.Code == protocol.CodeDenied {
 		msg = fmt.Sprintf("Request %s was denied: the code you chose did not match the code shown where the agent asked.", id)
 	}
@@ -641,7 +641,7 @@ func (a *Approver) decide(ctx context.Context, call func(context.Context) error)
 func (a *Approver) Alarm(text string) { a.push(approverMsg{alarm: text}) }
 
 func (a *Approver) alarm(text string) {
-	text = grant.SafeText(text, 600)
+	text = lens.SafeText(text, 600)
 	if a.s.Markup() {
 		text = EscapeMarkup(text)
 	}
@@ -725,5 +725,5 @@ func reasonSuffix(reason string) string {
 	if reason == "" {
 		return ""
 	}
-	return ": " + grant.SafeText(reason, 200)
+	return ": " + lens.SafeText(reason, 200)
 }

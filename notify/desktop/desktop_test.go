@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/parley-keyd/parley-keyd/internal/testdaemon"
 	"github.com/parley-keyd/parley-keyd/internal/testdesktop"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
@@ -168,7 +169,7 @@ func TestApproverShows(t *testing.T) {
 		{
 			name: "ok/unsafe-text-neutralized-again",
 			view: view("r_d", func(v *protocol.PendingView) { v.Text = "evil \x1b[2J\u202eright-to-left\n" }),
-			wantBody: grant.SafeLines("evil \x1b[2J\u202eright-to-left", 0) +
+			wantBody: lens.SafeLines("evil \x1b[2J\u202eright-to-left", 0) +
 				"\nChoose the code shown where the agent asked. A wrong code denies the request.",
 		},
 		{

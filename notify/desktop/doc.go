@@ -15,6 +15,6 @@
 //     channels. When a request ends anywhere else, its notification is
 //     closed.
 //   - The body is the daemon's own rendering passed through
-//     grant.SafeLines once more, with markup characters escaped for servers
+//     lens.SafeLines once more, with markup characters escaped for servers
 //     that parse body markup; nothing the agent wrote is shown raw.
 package desktop

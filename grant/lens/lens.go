@@ -1,4 +1,4 @@
-package grant
+package lens
 
 import (
 	"encoding/json"
@@ -36,7 +36,7 @@ import (
 //
 // LensReply is what a model reads. It places service-written text as it is,
 // so a human display uses DisplayReply instead.
-func LensReply(raw []byte) (string, error) {
+func Reply(raw []byte) (string, error) {
 	return lensRenderReply(raw, nil)
 }
 
@@ -51,7 +51,7 @@ func LensReply(raw []byte) (string, error) {
 //
 // It returns an error when p is not a JSON object. Like LensReply it places
 // service-written text as it is; a human display uses DisplayProposal.
-func LensProposal(p json.RawMessage) (string, error) {
+func Proposal(p json.RawMessage) (string, error) {
 	return lensRenderProposal(p, nil)
 }
 

@@ -1,13 +1,14 @@
-package grant
+package lens
 
 import (
 	"encoding/json"
 	"errors"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/parley-keyd/parley-keyd/grant"
 )
 
 // This file neutralizes text that came from an agent or a service before a
@@ -64,56 +65,21 @@ func DisplayProposal(p json.RawMessage, maxField int) (string, error) {
 }
 
 // Display is DisplayProposal of the part of p that its hash covers (§5.1:
-// everything but "hash" and "data"), rendered from the parse that
-// ParseProposal made, so that what the human is shown is what the hash
-// and the policy saw. "data" is left out because it is not covered: an
-// agent could put words of its own there ("this is a refund"). It returns
-// an error for a Proposal that ParseProposal did not return.
-func (p *Proposal) Display(maxField int) (string, error) {
-	if p.shown == nil {
+// everything but "hash" and "data"), rendered from the bytes p's hash was
+// computed over (p.HashedBytes), so that what the human is shown is what
+// the hash and the policy saw. "data" is left out because it is not
+// covered: an agent could put words of its own there ("this is a refund").
+// It returns an error for a Proposal that grant.ParseProposal did not
+// return.
+func Display(p *grant.Proposal, maxField int) (string, error) {
+	hashed := p.HashedBytes()
+	if hashed == nil {
 		return "", errors.New("display: the proposal was not read by ParseProposal")
 	}
-	n := lensNodeOf(p.shown)
-	w := lensWriter{hook: lensSafeField(maxField)}
-	attrs := w.attributes(&n)
-	w.proposal(&n, attrs[:])
-	// Belt and braces: every field is already neutralized above.
-	return SafeLines(w.b.String(), 0), nil
-}
-
-// lensNodeOf returns a value this package parsed (nil, bool, string,
-// json.Number, map[string]any, []any) as a Lens node, with object members
-// in code point order, as canonical JSON (§10) would hold them.
-func lensNodeOf(v any) lensNode {
-	switch v := v.(type) {
-	case bool:
-		return lensNode{kind: lnBool, b: v}
-	case string:
-		return lensNode{kind: lnString, str: v}
-	case json.Number:
-		// As lensDecode reads a number: the nearest float64, ±Inf when
-		// out of range.
-		f, _ := strconv.ParseFloat(string(v), 64)
-		return lensNode{kind: lnNumber, num: f}
-	case []any:
-		n := lensNode{kind: lnArray, arr: make([]lensNode, len(v))}
-		for i, e := range v {
-			n.arr[i] = lensNodeOf(e)
-		}
-		return n
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		n := lensNode{kind: lnObject, obj: make([]lensMember, len(keys))}
-		for i, k := range keys {
-			n.obj[i] = lensMember{key: k, val: lensNodeOf(v[k])}
-		}
-		return n
-	}
-	return lensNode{kind: lnNull}
+	// The hashed bytes are canonical (§10): members in code point order,
+	// valid UTF-8, integers only, so reading them again gives the values
+	// ParseProposal parsed, in the order canonical JSON holds them.
+	return DisplayProposal(hashed, maxField)
 }
 
 // DisplayReply is DisplayProposal for a whole reply frame: LensReply's

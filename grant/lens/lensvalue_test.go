@@ -1,4 +1,4 @@
-package grant
+package lens
 
 import (
 	"encoding/json"
@@ -166,12 +166,12 @@ func TestLensValue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := LensValue([]byte(tt.in))
+			got, err := Value([]byte(tt.in))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got != tt.want {
-				t.Errorf("LensValue(%s)\n got %q\nwant %q", tt.in, got, tt.want)
+				t.Errorf("Value(%s)\n got %q\nwant %q", tt.in, got, tt.want)
 			}
 		})
 	}
@@ -213,19 +213,19 @@ func TestLensValueRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, err := LensValue([]byte(tt.in)); err == nil {
-				t.Errorf("LensValue(%q) = %q, want an error", tt.in, got)
+			if got, err := Value([]byte(tt.in)); err == nil {
+				t.Errorf("Value(%q) = %q, want an error", tt.in, got)
 			}
 		})
 	}
 	t.Run("ok/depth-at-limit", func(t *testing.T) {
 		in := strings.Repeat("[", maxLensDepth) + strings.Repeat("]", maxLensDepth)
-		if _, err := LensValue([]byte(in)); err != nil {
+		if _, err := Value([]byte(in)); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("ok/many-distinct-keys", func(t *testing.T) {
-		if _, err := LensValue([]byte(`{` + manyKeys(1000) + `}`)); err != nil {
+		if _, err := Value([]byte(`{` + manyKeys(1000) + `}`)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -247,7 +247,7 @@ func FuzzLensValue(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		out, err := LensValue(data)
+		out, err := Value(data)
 		if !json.Valid(data) {
 			if err == nil {
 				t.Fatalf("LensValue accepted invalid JSON %q", data)
@@ -264,7 +264,7 @@ func FuzzLensValue(f *testing.F) {
 			return
 		}
 		if !utf8.ValidString(out) {
-			t.Fatalf("LensValue(%q) = %q: not valid UTF-8", data, out)
+			t.Fatalf("Value(%q) = %q: not valid UTF-8", data, out)
 		}
 	})
 }

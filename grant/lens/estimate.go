@@ -1,4 +1,4 @@
-package grant
+package lens
 
 import "unicode/utf8"
 

@@ -1,4 +1,4 @@
-package grant
+package lens
 
 import (
 	"encoding/json"
@@ -35,9 +35,9 @@ func TestLensConformance(t *testing.T) {
 			var err error
 			switch c.Type {
 			case "value":
-				got, err = LensValue(c.Input)
+				got, err = Value(c.Input)
 			case "reply":
-				got, err = LensReply(c.Input)
+				got, err = Reply(c.Input)
 			default:
 				t.Fatalf("unknown case type %q", c.Type)
 			}
@@ -117,12 +117,12 @@ func TestLensReply(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := LensReply([]byte(tt.in))
+			got, err := Reply([]byte(tt.in))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got != tt.want {
-				t.Errorf("LensReply(%s)\n got %q\nwant %q", tt.in, got, tt.want)
+				t.Errorf("Reply(%s)\n got %q\nwant %q", tt.in, got, tt.want)
 			}
 		})
 	}
@@ -140,8 +140,8 @@ func TestLensReplyRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, err := LensReply([]byte(tt.in)); err == nil {
-				t.Errorf("LensReply(%s) = %q, want an error", tt.in, got)
+			if got, err := Reply([]byte(tt.in)); err == nil {
+				t.Errorf("Reply(%s) = %q, want an error", tt.in, got)
 			}
 		})
 	}
@@ -175,24 +175,24 @@ func TestLensProposalIsPROPOSALSForOne(t *testing.T) {
 		}
 		for _, p := range frame.Proposals {
 			n++
-			got, err := LensProposal(p)
+			got, err := Proposal(p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			frame := `{"parley":1,"id":"s","re":"c","kind":"PROPOSALS","proposals":[` + string(p) + `]}`
-			want, err := LensReply([]byte(frame))
+			want, err := Reply([]byte(frame))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if "1 proposal:\n"+got != want {
-				t.Errorf("LensProposal(%s)\n got %q\nwant %q", p, got, strings.TrimPrefix(want, "1 proposal:\n"))
+				t.Errorf("Proposal(%s)\n got %q\nwant %q", p, got, strings.TrimPrefix(want, "1 proposal:\n"))
 			}
 		}
 	}
 	if n < 8 {
 		t.Fatalf("found %d proposals in lens.json, want at least 8", n)
 	}
-	if _, err := LensProposal(json.RawMessage(`[]`)); err == nil {
+	if _, err := Proposal(json.RawMessage(`[]`)); err == nil {
 		t.Error("LensProposal accepted an array")
 	}
 }
@@ -256,7 +256,7 @@ func FuzzLensReply(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		check := func(frame []byte) {
-			out, err := LensReply(frame)
+			out, err := Reply(frame)
 			if err != nil {
 				return
 			}
@@ -264,7 +264,7 @@ func FuzzLensReply(f *testing.F) {
 				t.Fatalf("LensReply accepted invalid JSON %q", frame)
 			}
 			if !utf8.ValidString(out) {
-				t.Fatalf("LensReply(%q) = %q: not valid UTF-8", frame, out)
+				t.Fatalf("Reply(%q) = %q: not valid UTF-8", frame, out)
 			}
 			if d, err := DisplayReply(frame, 40); err != nil || !lensTestSafe(d, true) {
 				t.Fatalf("DisplayReply(%q) = %q, %v: not safe", frame, d, err)
@@ -317,7 +317,7 @@ func BenchmarkLensReply(b *testing.B) {
 	}
 	b.SetBytes(int64(len(in)))
 	for b.Loop() {
-		if _, err := LensReply(in); err != nil {
+		if _, err := Reply(in); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package grant
+package lens
 
 import (
 	"encoding/json"
@@ -171,7 +171,7 @@ func FuzzSafeText(f *testing.F) {
 func TestDisplayProposal(t *testing.T) {
 	honest := `{"id":"p_1","summary":"Move \"1:1 with Ana\" to Thu 15:00","effects":[{"op":"update","target":"event/e42","field":"start","from":"2026-09-22T14:00:00Z","to":"2026-09-24T15:00:00Z"}],"cost":{"amount":1250,"currency":"USD"},"risk":"low","undo":{"window":3600},"expires":1790000600,"data":{"note":"café"}}`
 	t.Run("ok/honest-equals-lens", func(t *testing.T) {
-		lens, err := LensProposal(json.RawMessage(honest))
+		lens, err := Proposal(json.RawMessage(honest))
 		if err != nil {
 			t.Fatal(err)
 		}

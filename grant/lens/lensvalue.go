@@ -1,4 +1,4 @@
-package grant
+package lens
 
 import (
 	"bytes"
@@ -910,7 +910,7 @@ func lensTable(arr []lensNode) bool {
 // levels. Its output is not safe to print to a terminal as it is: strings may
 // hold bidi and other invisible code points: a display shows it through
 // SafeLines.
-func LensValue(raw []byte) (string, error) {
+func Value(raw []byte) (string, error) {
 	n, err := lensDecode(raw)
 	if err != nil {
 		return "", err
