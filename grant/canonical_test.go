@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
 func TestCanonicalizeJSON(t *testing.T) {
@@ -33,8 +35,8 @@ func TestCanonicalizeJSON(t *testing.T) {
 			if string(got) != tt.want {
 				t.Errorf("got  %q\nwant %q", got, tt.want)
 			}
-			if !isCanonical(got) {
-				t.Errorf("isCanonical(%q) = false", got)
+			if !jsontext.IsCanonical(got) {
+				t.Errorf("jsontext.IsCanonical(%q) = false", got)
 			}
 		})
 	}
@@ -148,8 +150,8 @@ func TestIsCanonicalStrict(t *testing.T) {
 	for _, s := range []string{
 		`{"a":1,"b":2}`, `[]`, `{}`, `"\u001f"`, `"\"\\\b\f\n\r\t"`, "\"\u2028<>&/\u007f\"", `-1`, `0`, `true`,
 	} {
-		if !isCanonical([]byte(s)) {
-			t.Errorf("isCanonical(%q) = false, want true", s)
+		if !jsontext.IsCanonical([]byte(s)) {
+			t.Errorf("jsontext.IsCanonical(%q) = false, want true", s)
 		}
 	}
 	for _, s := range []string{
@@ -168,8 +170,8 @@ func TestIsCanonicalStrict(t *testing.T) {
 		`-0`, `01`, `1.0`, `1e2`, `9007199254740992`,
 		`[1,]`, `{"a":1,}`, `tru`, `nul`,
 	} {
-		if isCanonical([]byte(s)) {
-			t.Errorf("isCanonical(%q) = true, want false", s)
+		if jsontext.IsCanonical([]byte(s)) {
+			t.Errorf("jsontext.IsCanonical(%q) = true, want false", s)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 	"github.com/parley-keyd/parley-keyd/grant/internal/lensfmt"
 )
 
@@ -65,7 +66,7 @@ var (
 // caveatLimits bound a caveat value while a token is decoded. With them, a
 // caveat's evaluation costs at most MaxListLen pattern matches of at most
 // MaxStringLen bytes, whatever the attacker sends.
-var caveatLimits = readLimits{depth: 8, list: MaxListLen, str: MaxStringLen}
+var caveatLimits = jsontext.Limits{Depth: 8, List: MaxListLen, Str: MaxStringLen}
 
 func stringsValue(ss []string) json.RawMessage {
 	b := []byte{'['}
@@ -73,17 +74,17 @@ func stringsValue(ss []string) json.RawMessage {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, strings.ToValidUTF8(s, "\uFFFD"))
+		b = jsontext.AppendString(b, strings.ToValidUTF8(s, "\uFFFD"))
 	}
 	return append(b, ']')
 }
 
 func stringValue(s string) json.RawMessage {
-	return appendString(nil, strings.ToValidUTF8(s, "\uFFFD"))
+	return jsontext.AppendString(nil, strings.ToValidUTF8(s, "\uFFFD"))
 }
 
 func moneyValue(m Money) json.RawMessage {
-	b := append([]byte(`{"currency":`), appendString(nil, strings.ToValidUTF8(m.Currency, "\uFFFD"))...)
+	b := append([]byte(`{"currency":`), jsontext.AppendString(nil, strings.ToValidUTF8(m.Currency, "\uFFFD"))...)
 	b = append(b, `,"max":`...)
 	b = strconv.AppendInt(b, m.Amount, 10)
 	return append(b, '}')
@@ -165,36 +166,36 @@ var errWholeValue = errors.New("trailing data after the value")
 
 // Strings returns the value of a list caveat (svc, verbs, can).
 func (c Caveat) Strings() ([]string, error) {
-	r := &canonReader{b: c.Value}
-	if err := r.expect('['); err != nil {
+	r := &jsontext.Canon{B: c.Value}
+	if err := r.Expect('['); err != nil {
 		return nil, errors.New("want an array of strings")
 	}
 	var out []string
-	if r.peek() == ']' {
-		r.i++
+	if r.Peek() == ']' {
+		r.I++
 	} else {
 		for {
 			if len(out) >= MaxListLen {
 				return nil, errTooLong
 			}
-			if r.peek() != '"' {
+			if r.Peek() != '"' {
 				return nil, errors.New("want an array of strings")
 			}
-			s, err := r.str(MaxStringLen)
+			s, err := r.Str(MaxStringLen)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, s)
-			if r.peek() == ']' {
-				r.i++
+			if r.Peek() == ']' {
+				r.I++
 				break
 			}
-			if err := r.expect(','); err != nil {
+			if err := r.Expect(','); err != nil {
 				return nil, err
 			}
 		}
 	}
-	if !r.done() {
+	if !r.Done() {
 		return nil, errWholeValue
 	}
 	return out, nil
@@ -202,15 +203,15 @@ func (c Caveat) Strings() ([]string, error) {
 
 // Int returns the value of an integer caveat (exp, nbf).
 func (c Caveat) Int() (int64, error) {
-	r := &canonReader{b: c.Value}
-	if c := r.peek(); c != '-' && !isDigit(c) {
+	r := &jsontext.Canon{B: c.Value}
+	if c := r.Peek(); c != '-' && !jsontext.IsDigit(c) {
 		return 0, errors.New("want an integer")
 	}
-	n, err := r.int()
+	n, err := r.Int()
 	if err != nil {
 		return 0, err
 	}
-	if !r.done() {
+	if !r.Done() {
 		return 0, errWholeValue
 	}
 	return n, nil
@@ -218,26 +219,26 @@ func (c Caveat) Int() (int64, error) {
 
 // Money returns the value of a money caveat (per, spend): Amount is max.
 func (c Caveat) Money() (Money, error) {
-	r := &canonReader{b: c.Value}
+	r := &jsontext.Canon{B: c.Value}
 	bad := errors.New(`want {"currency": string, "max": int}`)
-	if !r.lit(`{"currency":`) || r.peek() != '"' {
+	if !r.Lit(`{"currency":`) || r.Peek() != '"' {
 		return Money{}, bad
 	}
-	cur, err := r.str(MaxStringLen)
+	cur, err := r.Str(MaxStringLen)
 	if err != nil {
 		return Money{}, err
 	}
-	if !r.lit(`,"max":`) {
+	if !r.Lit(`,"max":`) {
 		return Money{}, bad
 	}
-	if c := r.peek(); c != '-' && !isDigit(c) {
+	if c := r.Peek(); c != '-' && !jsontext.IsDigit(c) {
 		return Money{}, bad
 	}
-	n, err := r.int()
+	n, err := r.Int()
 	if err != nil {
 		return Money{}, err
 	}
-	if !r.lit("}") || !r.done() {
+	if !r.Lit("}") || !r.Done() {
 		return Money{}, bad
 	}
 	return Money{Amount: n, Currency: cur}, nil
@@ -245,15 +246,15 @@ func (c Caveat) Money() (Money, error) {
 
 // Text returns the value of a string caveat (risk, only).
 func (c Caveat) Text() (string, error) {
-	r := &canonReader{b: c.Value}
-	if r.peek() != '"' {
+	r := &jsontext.Canon{B: c.Value}
+	if r.Peek() != '"' {
 		return "", errors.New("want a string")
 	}
-	s, err := r.str(MaxStringLen)
+	s, err := r.Str(MaxStringLen)
 	if err != nil {
 		return "", err
 	}
-	if !r.done() {
+	if !r.Done() {
 		return "", errWholeValue
 	}
 	return s, nil
@@ -271,7 +272,7 @@ func (c Caveat) String() string {
 // MarshalJSON returns {"name":value} in canonical form.
 func (c Caveat) MarshalJSON() ([]byte, error) {
 	val := []byte(c.Value)
-	if !isCanonical(val) {
+	if !jsontext.IsCanonical(val) {
 		var err error
 		if val, err = CanonicalizeJSON(val); err != nil {
 			return nil, fmt.Errorf("caveat %q: %w", c.Name, err)
@@ -279,7 +280,7 @@ func (c Caveat) MarshalJSON() ([]byte, error) {
 	}
 	b := make([]byte, 0, len(c.Name)+len(val)+5)
 	b = append(b, '{')
-	b = appendString(b, strings.ToValidUTF8(c.Name, "\uFFFD"))
+	b = jsontext.AppendString(b, strings.ToValidUTF8(c.Name, "\uFFFD"))
 	b = append(b, ':')
 	b = append(b, val...)
 	return append(b, '}'), nil
@@ -316,19 +317,19 @@ func (c *Caveat) UnmarshalJSON(data []byte) error {
 // canonicalCaveat reads data when it is a canonical object (§10) of exactly
 // one member, and returns the member's name and a copy of its value.
 func canonicalCaveat(data []byte) (string, json.RawMessage, bool) {
-	if len(data) < 2 || data[0] != '{' || !isCanonical(data) {
+	if len(data) < 2 || data[0] != '{' || !jsontext.IsCanonical(data) {
 		return "", nil, false
 	}
-	r := &canonReader{b: data, i: 1}
-	name, err := r.str(len(data))
-	if err != nil || r.expect(':') != nil {
+	r := &jsontext.Canon{B: data, I: 1}
+	name, err := r.Str(len(data))
+	if err != nil || r.Expect(':') != nil {
 		return "", nil, false
 	}
-	start := r.i
-	if r.skip(readLimits{depth: maxDepth, list: 1 << 30, str: 1 << 30}, 1) != nil || r.i != len(data)-1 {
+	start := r.I
+	if r.Skip(jsontext.Limits{Depth: maxDepth, List: 1 << 30, Str: 1 << 30}, 1) != nil || r.I != len(data)-1 {
 		return "", nil, false // more than one member
 	}
-	return name, bytes.Clone(data[start:r.i]), true
+	return name, bytes.Clone(data[start:r.I]), true
 }
 
 // MatchPattern reports whether capability matches a can pattern (§6.3 with

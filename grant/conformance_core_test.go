@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
 // The published vectors of /work/shared/conformance, copied byte for byte
@@ -55,8 +57,8 @@ func TestConformanceCanonical(t *testing.T) {
 			if err != nil || string(got2) != c.Canonical {
 				t.Errorf("Canonical = %q, %v", got2, err)
 			}
-			if !isCanonical([]byte(c.Canonical)) {
-				t.Errorf("isCanonical(%q) = false", c.Canonical)
+			if !jsontext.IsCanonical([]byte(c.Canonical)) {
+				t.Errorf("jsontext.IsCanonical(%q) = false", c.Canonical)
 			}
 		})
 	}

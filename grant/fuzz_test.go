@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
 // vectorTokens returns the tokens of grants.json, as fuzz seeds.
@@ -103,7 +105,7 @@ func FuzzCanonicalizeJSON(f *testing.F) {
 		if (err == nil) != (perr == nil) || !bytes.Equal(out, parsed) {
 			t.Fatalf("%q: CanonicalizeJSON gives %q, %v; parsing gives %q, %v", in, out, err, parsed, perr)
 		}
-		if isCanonical(in) {
+		if jsontext.IsCanonical(in) {
 			if err != nil || !bytes.Equal(out, in) {
 				t.Fatalf("canonical input %q came back as %q, %v", in, out, err)
 			}
@@ -111,7 +113,7 @@ func FuzzCanonicalizeJSON(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !isCanonical(out) {
+		if !jsontext.IsCanonical(out) {
 			t.Fatalf("output %q is not canonical", out)
 		}
 		again, err := CanonicalizeJSON(out)

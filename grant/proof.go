@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
 // ProofWindow is the largest difference, in seconds, between a proof's ts
@@ -41,13 +43,13 @@ func AutoTarget(capability, frameID string) string {
 func ProofMessage(aud, verb, target string, ts int64) []byte {
 	b := make([]byte, 0, 48+len(aud)+len(verb)+len(target))
 	b = append(b, `{"aud":`...)
-	b = appendString(b, validUTF8(aud))
+	b = jsontext.AppendString(b, validUTF8(aud))
 	b = append(b, `,"target":`...)
-	b = appendString(b, validUTF8(target))
+	b = jsontext.AppendString(b, validUTF8(target))
 	b = append(b, `,"ts":`...)
 	b = strconv.AppendInt(b, ts, 10)
 	b = append(b, `,"verb":`...)
-	b = appendString(b, validUTF8(verb))
+	b = jsontext.AppendString(b, validUTF8(verb))
 	return append(b, '}')
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
 // Proposal is a service's plan in answer to an INTENT (§5.1), as
@@ -103,9 +105,9 @@ func ProposalHash(raw []byte) (string, error) {
 // parseProposalObject reads a proposal with DecodeStrict's rules into a
 // map of parsed values, and returns the exact bytes of its data member.
 func parseProposalObject(raw []byte) (map[string]any, []byte, error) {
-	d := &strictDecoder{jsonParser: jsonParser{b: raw}}
-	d.ws()
-	if d.i >= len(d.b) || d.b[d.i] != '{' {
+	d := &strictDecoder{jsonReader: jsonReader{Scanner: jsontext.Scanner{B: raw}}}
+	d.Space()
+	if d.I >= len(d.B) || d.B[d.I] != '{' {
 		if _, err := d.anyValue(0, false); err != nil {
 			return nil, nil, fmt.Errorf("proposal: %w", err)
 		}
@@ -114,19 +116,19 @@ func parseProposalObject(raw []byte) (map[string]any, []byte, error) {
 	m := map[string]any{}
 	var data []byte
 	err := d.members(func(name []byte, _ int) error {
-		start := d.i
+		start := d.I
 		d.enter(name)
 		x, err := d.anyValue(1, true)
 		d.leave()
 		if string(name) == "data" {
-			data = append([]byte(nil), raw[start:d.i]...)
+			data = append([]byte(nil), raw[start:d.I]...)
 		}
 		m[string(name)] = x
 		return err
 	})
 	if err == nil {
-		d.ws()
-		if d.i != len(d.b) {
+		d.Space()
+		if d.I != len(d.B) {
 			err = d.fail(errors.New("data after the JSON value"))
 		}
 	}
@@ -367,7 +369,7 @@ func intField(m map[string]any, k string) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("%s: want an integer", k)
 	}
-	v, err := parseIntText(string(n))
+	v, err := jsontext.ParseInt(string(n))
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", k, err)
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
 // This file is the one strict reading of JSON that an agent or a service
@@ -152,23 +154,23 @@ func decodeStrict(data []byte, v any, known bool) error {
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return fmt.Errorf("grant: DecodeStrict needs a non-nil pointer, not %T", v)
 	}
-	d := &strictDecoder{jsonParser: jsonParser{b: data}, known: known}
+	d := &strictDecoder{jsonReader: jsonReader{Scanner: jsontext.Scanner{B: data}}, known: known}
 	d.path = d.pathBuf[:0]
-	d.ws()
+	d.Space()
 	if err := d.decode(rv.Elem(), 0); err != nil {
 		return err
 	}
-	d.ws()
-	if d.i != len(d.b) {
+	d.Space()
+	if d.I != len(d.B) {
 		return d.fail(errors.New("data after the JSON value"))
 	}
 	return nil
 }
 
 // strictDecoder reads JSON into Go values by DecodeStrict's rules. It
-// reuses jsonParser's string, literal and white space readers.
+// walks what its jsontext.Scanner reads.
 type strictDecoder struct {
-	jsonParser
+	jsonReader
 	known   bool
 	path    []step // where the decoder is, for errors
 	pathBuf [8]step
@@ -210,7 +212,7 @@ func (d *strictDecoder) fail(err error) error {
 	if errors.As(err, &je) {
 		return err
 	}
-	return &JSONError{Path: d.pathString(), Offset: d.i, Err: err}
+	return &JSONError{Path: d.pathString(), Offset: d.I, Err: err}
 }
 
 func (d *strictDecoder) nameError(err error, name, known string, off int) error {
@@ -254,10 +256,10 @@ var (
 
 // kindAt names the JSON value that starts at the current offset.
 func (d *strictDecoder) kindAt() string {
-	if d.i >= len(d.b) {
+	if d.I >= len(d.B) {
 		return "end of input"
 	}
-	switch c := d.b[d.i]; {
+	switch c := d.B[d.I]; {
 	case c == '{':
 		return "object"
 	case c == '[':
@@ -268,7 +270,7 @@ func (d *strictDecoder) kindAt() string {
 		return "bool"
 	case c == 'n':
 		return "null"
-	case c == '-' || isDigit(c):
+	case c == '-' || jsontext.IsDigit(c):
 		return "number"
 	}
 	return "value"
@@ -278,10 +280,10 @@ func (d *strictDecoder) decode(v reflect.Value, depth int) error {
 	if depth > maxStrictDepth {
 		return d.fail(errTooDeep)
 	}
-	if d.i >= len(d.b) {
+	if d.I >= len(d.B) {
 		return d.fail(errors.New("unexpected end of input"))
 	}
-	isNull := d.b[d.i] == 'n'
+	isNull := d.B[d.I] == 'n'
 	// A pointer takes null as nil; otherwise it is allocated and the value
 	// decoded into what it points to, as encoding/json does.
 	if v.Kind() == reflect.Pointer {
@@ -299,15 +301,15 @@ func (d *strictDecoder) decode(v reflect.Value, depth int) error {
 	}
 	methods := methodsOf(v.Type())
 	if v.CanAddr() && methods.unmarshaler {
-		start := d.i
+		start := d.I
 		if err := d.skip(depth); err != nil {
 			return err
 		}
 		// As encoding/json does, the Unmarshaler gets the input's own
 		// bytes, and copies what it keeps (json.RawMessage does).
-		raw := d.b[start:d.i:d.i]
+		raw := d.B[start:d.I:d.I]
 		if err := v.Addr().Interface().(json.Unmarshaler).UnmarshalJSON(raw); err != nil {
-			d.i = start
+			d.I = start
 			return d.fail(err)
 		}
 		return nil
@@ -323,16 +325,16 @@ func (d *strictDecoder) decode(v reflect.Value, depth int) error {
 		return nil
 	}
 	if v.CanAddr() && methods.textUnmarshaler && v.Type() != numberType {
-		if d.b[d.i] != '"' {
+		if d.B[d.I] != '"' {
 			return d.typeError(d.kindAt(), v.Type())
 		}
-		start := d.i
+		start := d.I
 		s, err := d.str()
 		if err != nil {
 			return d.fail(err)
 		}
 		if err := v.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
-			d.i = start
+			d.I = start
 			return d.fail(err)
 		}
 		return nil
@@ -360,7 +362,7 @@ func (d *strictDecoder) decode(v reflect.Value, depth int) error {
 		return d.array(v, depth)
 	}
 	// Scalars.
-	switch c := d.b[d.i]; {
+	switch c := d.B[d.I]; {
 	case c == '"':
 		s, err := d.str()
 		if err != nil {
@@ -368,7 +370,7 @@ func (d *strictDecoder) decode(v reflect.Value, depth int) error {
 		}
 		switch {
 		case v.Type() == numberType:
-			if !validNumber(s) {
+			if !jsontext.ValidNumber(s) {
 				return d.fail(fmt.Errorf("%q is not a JSON number", s))
 			}
 			v.SetString(s)
@@ -392,22 +394,22 @@ func (d *strictDecoder) decode(v reflect.Value, depth int) error {
 		}
 		v.SetBool(b)
 		return nil
-	case c == '-' || isDigit(c):
-		start := d.i
+	case c == '-' || jsontext.IsDigit(c):
+		start := d.I
 		text, err := d.number()
 		if err != nil {
 			return err
 		}
 		return d.setNumber(v, text, start)
 	}
-	if c := d.b[d.i]; c == '{' || c == '[' {
+	if c := d.B[d.I]; c == '{' || c == '[' {
 		return d.typeError(d.kindAt(), v.Type())
 	}
-	return d.fail(fmt.Errorf("unexpected character %q", d.b[d.i]))
+	return d.fail(fmt.Errorf("unexpected character %q", d.B[d.I]))
 }
 
 func (d *strictDecoder) setNumber(v reflect.Value, text string, start int) error {
-	bad := func() error { d.i = start; return d.typeError("number "+text, v.Type()) }
+	bad := func() error { d.I = start; return d.typeError("number "+text, v.Type()) }
 	switch v.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		n, err := strconv.ParseInt(text, 10, 64)
@@ -444,133 +446,74 @@ func (d *strictDecoder) number() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return string(d.b[start:d.i]), nil
+	return string(d.B[start:d.I]), nil
 }
 
 // skipNumber reads a JSON number and returns where it starts.
 func (d *strictDecoder) skipNumber() (int, error) {
-	start := d.i
-	for d.i < len(d.b) {
-		c := d.b[d.i]
-		if isDigit(c) || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
-			d.i++
-			continue
-		}
-		break
-	}
-	if !validNumber(d.b[start:d.i]) {
-		text := d.b[start:d.i]
-		d.i = start
+	start := d.I
+	if text, ok := d.Number(); !ok {
 		return 0, d.fail(fmt.Errorf("invalid number %q", text))
 	}
 	return start, nil
 }
 
-// names tracks the member names of one object, to refuse a second one.
-// Names alias the input where they have no escapes, and the first few are
-// kept in place, so that checking a value that is only skipped allocates
-// little.
-type names struct {
-	first [8][]byte
-	n     int
-	set   map[string]struct{}
-}
-
-// add reports false when name was already there.
-func (n *names) add(name []byte) bool {
-	if n.set != nil {
-		if _, dup := n.set[string(name)]; dup {
-			return false
-		}
-		n.set[string(name)] = struct{}{}
-		return true
-	}
-	for _, s := range n.first[:n.n] {
-		if bytes.Equal(s, name) {
-			return false
-		}
-	}
-	if n.n < len(n.first) {
-		n.first[n.n] = name
-		n.n++
-		return true
-	}
-	// Many members: a set keeps the check linear, not quadratic.
-	n.set = make(map[string]struct{}, 32)
-	for _, s := range n.first {
-		n.set[string(s)] = struct{}{}
-	}
-	n.set[string(name)] = struct{}{}
-	return true
-}
-
 // name reads a member name: the input's own bytes when the name has no
-// escape, else its decoded text.
+// escape, else its decoded text. A name without escapes that is not UTF-8
+// is reported at its start.
 func (d *strictDecoder) name() ([]byte, error) {
-	start := d.i + 1
-	for i := start; i < len(d.b); i++ {
-		c := d.b[i]
-		if c == '"' {
-			seg := d.b[start:i:i]
-			if !utf8.Valid(seg) {
-				d.i = start
-				return nil, errUTF8
-			}
-			d.i = i + 1
-			return seg, nil
-		}
-		if c == '\\' || c < 0x20 {
-			break
-		}
+	start := d.I + 1
+	b, _, err := d.String(false)
+	if err == errUTF8 && bytes.IndexByte(d.B[start:d.I-1], '\\') < 0 {
+		d.I = start
 	}
-	s, err := d.str()
-	return []byte(s), err
+	return b, scanErr(err)
 }
 
 // members reads an object and calls member for each name, with the
 // decoder positioned at its value; member must consume the value. name
 // may alias the input: copy it to keep it.
 func (d *strictDecoder) members(member func(name []byte, off int) error) error {
-	d.i++ // {
-	d.ws()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
-		d.i++
+	d.I++ // {
+	d.Space()
+	if d.I < len(d.B) && d.B[d.I] == '}' {
+		d.I++
 		return nil
 	}
-	var seen names
+	var seen jsontext.Names
 	for {
-		d.ws()
-		if d.i >= len(d.b) || d.b[d.i] != '"' {
+		d.Space()
+		if d.I >= len(d.B) || d.B[d.I] != '"' {
 			return d.fail(errors.New("want an object member name"))
 		}
-		off := d.i
+		off := d.I
 		name, err := d.name()
 		if err != nil {
 			return d.fail(err)
 		}
 		// Attack: two members of one name, which readers that keep the
 		// first and readers that keep the last see differently.
-		if !seen.add(name) {
+		if !seen.Add(name) {
 			return d.nameError(ErrDuplicateName, string(name), "", off)
 		}
-		d.ws()
-		if d.i >= len(d.b) || d.b[d.i] != ':' {
+		d.Space()
+		if d.I >= len(d.B) || d.B[d.I] != ':' {
 			return d.fail(errors.New("want ':' after a member name"))
 		}
-		d.i++
-		d.ws()
+		d.I++
+		d.Space()
 		if err := member(name, off); err != nil {
 			return err
 		}
-		d.ws()
-		if d.i >= len(d.b) {
+		d.Space()
+		if d.I >= len(d.B) {
 			return d.fail(errors.New("unexpected end of object"))
 		}
-		switch d.b[d.i] {
+		switch d.B[d.I] {
 		case ',':
-			d.i++
+			d.I++
 		case '}':
-			d.i++
+			d.I++
 			return nil
 		default:
 			return d.fail(errors.New("want ',' or '}'"))
@@ -579,7 +522,7 @@ func (d *strictDecoder) members(member func(name []byte, off int) error) error {
 }
 
 func (d *strictDecoder) object(v reflect.Value, depth int) error {
-	if d.b[d.i] != '{' {
+	if d.B[d.I] != '{' {
 		return d.typeError(d.kindAt(), v.Type())
 	}
 	fields, err := cachedFields(v.Type())
@@ -612,7 +555,7 @@ func (d *strictDecoder) object(v reflect.Value, depth int) error {
 }
 
 func (d *strictDecoder) mapValue(v reflect.Value, depth int) error {
-	if d.b[d.i] != '{' {
+	if d.B[d.I] != '{' {
 		return d.typeError(d.kindAt(), v.Type())
 	}
 	t := v.Type()
@@ -636,13 +579,13 @@ func (d *strictDecoder) mapValue(v reflect.Value, depth int) error {
 }
 
 func (d *strictDecoder) array(v reflect.Value, depth int) error {
-	if d.b[d.i] != '[' {
+	if d.B[d.I] != '[' {
 		if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Uint8 {
 			return d.fail(fmt.Errorf("grant: DecodeStrict cannot decode into %s", v.Type()))
 		}
 		return d.typeError(d.kindAt(), v.Type())
 	}
-	d.i++ // [
+	d.I++ // [
 	// out is the new slice, addressable so that it can grow.
 	var out reflect.Value
 	if v.Kind() == reflect.Slice {
@@ -650,12 +593,12 @@ func (d *strictDecoder) array(v reflect.Value, depth int) error {
 		out.Set(reflect.MakeSlice(v.Type(), 0, 0))
 	}
 	n := 0
-	d.ws()
-	if d.i < len(d.b) && d.b[d.i] == ']' {
-		d.i++
+	d.Space()
+	if d.I < len(d.B) && d.B[d.I] == ']' {
+		d.I++
 	} else {
 		for {
-			d.ws()
+			d.Space()
 			d.enterIndex(n)
 			var err error
 			switch {
@@ -673,18 +616,18 @@ func (d *strictDecoder) array(v reflect.Value, depth int) error {
 				return err
 			}
 			n++
-			d.ws()
-			if d.i >= len(d.b) {
+			d.Space()
+			if d.I >= len(d.B) {
 				return d.fail(errors.New("unexpected end of array"))
 			}
-			if d.b[d.i] == ']' {
-				d.i++
+			if d.B[d.I] == ']' {
+				d.I++
 				break
 			}
-			if d.b[d.i] != ',' {
+			if d.B[d.I] != ',' {
 				return d.fail(errors.New("want ',' or ']'"))
 			}
-			d.i++
+			d.I++
 		}
 	}
 	if v.Kind() == reflect.Slice {
@@ -709,10 +652,10 @@ func (d *strictDecoder) anyValue(depth int, build bool) (any, error) {
 	if depth > maxStrictDepth {
 		return nil, d.fail(errTooDeep)
 	}
-	if d.i >= len(d.b) {
+	if d.I >= len(d.B) {
 		return nil, d.fail(errors.New("unexpected end of input"))
 	}
-	switch c := d.b[d.i]; {
+	switch c := d.B[d.I]; {
 	case c == '{':
 		var m map[string]any
 		if build {
@@ -732,18 +675,18 @@ func (d *strictDecoder) anyValue(depth int, build bool) (any, error) {
 		}
 		return m, nil
 	case c == '[':
-		d.i++
+		d.I++
 		var a []any
 		if build {
 			a = []any{}
 		}
-		d.ws()
-		if d.i < len(d.b) && d.b[d.i] == ']' {
-			d.i++
+		d.Space()
+		if d.I < len(d.B) && d.B[d.I] == ']' {
+			d.I++
 			return a, nil
 		}
 		for n := 0; ; n++ {
-			d.ws()
+			d.Space()
 			d.enterIndex(n)
 			x, err := d.anyValue(depth+1, build)
 			d.leave()
@@ -753,18 +696,18 @@ func (d *strictDecoder) anyValue(depth int, build bool) (any, error) {
 			if build {
 				a = append(a, x)
 			}
-			d.ws()
-			if d.i >= len(d.b) {
+			d.Space()
+			if d.I >= len(d.B) {
 				return nil, d.fail(errors.New("unexpected end of array"))
 			}
-			if d.b[d.i] == ']' {
-				d.i++
+			if d.B[d.I] == ']' {
+				d.I++
 				return a, nil
 			}
-			if d.b[d.i] != ',' {
+			if d.B[d.I] != ',' {
 				return nil, d.fail(errors.New("want ',' or ']'"))
 			}
-			d.i++
+			d.I++
 		}
 	case c == '"':
 		if !build {
@@ -786,7 +729,7 @@ func (d *strictDecoder) anyValue(depth int, build bool) (any, error) {
 		return false, d.litErr("false")
 	case c == 'n':
 		return nil, d.litErr("null")
-	case c == '-' || isDigit(c):
+	case c == '-' || jsontext.IsDigit(c):
 		if !build {
 			_, err := d.skipNumber()
 			return nil, err
@@ -797,7 +740,7 @@ func (d *strictDecoder) anyValue(depth int, build bool) (any, error) {
 		}
 		return json.Number(s), nil
 	}
-	return nil, d.fail(fmt.Errorf("unexpected character %q", d.b[d.i]))
+	return nil, d.fail(fmt.Errorf("unexpected character %q", d.B[d.I]))
 }
 
 func (d *strictDecoder) litErr(word string) error {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
 // Caps on what a token may contain. Every one of them bounds work or memory
@@ -37,8 +39,6 @@ const (
 
 // TokenPrefix starts every encoded grant (§6.2).
 const TokenPrefix = "pg1."
-
-var errTooLong = errors.New("over a size limit")
 
 // Payload is the signed part of a block (§6.2). A root block has Iss and
 // Nonce and no Prev; a delegation block has Prev and neither Iss nor Nonce.
@@ -105,15 +105,15 @@ func marshalPayload(p *Payload, root bool) ([]byte, error) {
 	}
 	if root {
 		b = append(b, `,"iss":`...)
-		b = appendString(b, p.Iss)
+		b = jsontext.AppendString(b, p.Iss)
 		b = append(b, `,"nonce":`...)
-		b = appendString(b, strings.ToValidUTF8(p.Nonce, "\uFFFD"))
+		b = jsontext.AppendString(b, strings.ToValidUTF8(p.Nonce, "\uFFFD"))
 	} else {
 		b = append(b, `,"prev":`...)
-		b = appendString(b, p.Prev)
+		b = jsontext.AppendString(b, p.Prev)
 	}
 	b = append(b, `,"sub":`...)
-	b = appendString(b, p.Sub)
+	b = jsontext.AppendString(b, p.Sub)
 	return append(b, '}'), nil
 }
 
@@ -172,11 +172,11 @@ func Decode(s string) (*Token, error) {
 	if err != nil {
 		return nil, malformed("not b64url")
 	}
-	r := &canonReader{b: raw}
-	if r.expect('[') != nil {
+	r := &jsontext.Canon{B: raw}
+	if r.Expect('[') != nil {
 		return nil, malformed("not a list of blocks")
 	}
-	if r.peek() == ']' {
+	if r.Peek() == ']' {
 		return nil, malformed("no blocks")
 	}
 	t := &Token{Blocks: make([]Block, 0, 4)}
@@ -184,37 +184,37 @@ func Decode(s string) (*Token, error) {
 		if len(t.Blocks) == MaxBlocks {
 			return nil, malformed("more than %d blocks", MaxBlocks)
 		}
-		if !r.lit(`{"p":`) {
+		if !r.Lit(`{"p":`) {
 			return nil, malformed("block %d: want exactly the fields p and s", len(t.Blocks))
 		}
-		start := r.i
+		start := r.I
 		var blk Block
 		if err := decodePayload(r, &blk.Payload, len(t.Blocks) == 0); err != nil {
 			return nil, malformed("block %d: %v", len(t.Blocks), err)
 		}
-		blk.signed = raw[start:r.i:r.i]
-		if !r.lit(`,"s":`) || r.peek() != '"' {
+		blk.signed = raw[start:r.I:r.I]
+		if !r.Lit(`,"s":`) || r.Peek() != '"' {
 			return nil, malformed("block %d: want exactly the fields p and s", len(t.Blocks))
 		}
-		text, err := r.str(2 * ed25519.SignatureSize)
+		text, err := r.Str(2 * ed25519.SignatureSize)
 		if err != nil {
 			return nil, malformed("block %d: signature: %v", len(t.Blocks), err)
 		}
 		if blk.Sig, err = b64DecodeLen(text, ed25519.SignatureSize); err != nil {
 			return nil, malformed("block %d: signature: %v", len(t.Blocks), err)
 		}
-		if !r.lit("}") {
+		if !r.Lit("}") {
 			return nil, malformed("block %d: want exactly the fields p and s", len(t.Blocks))
 		}
 		t.Blocks = append(t.Blocks, blk)
-		if r.lit("]") {
+		if r.Lit("]") {
 			break
 		}
-		if r.expect(',') != nil {
+		if r.Expect(',') != nil {
 			return nil, malformed("not a canonical list of blocks")
 		}
 	}
-	if !r.done() {
+	if !r.Done() {
 		return nil, malformed("trailing data after the blocks")
 	}
 	return t, nil
@@ -230,13 +230,13 @@ const (
 	fSub
 )
 
-func decodePayload(r *canonReader, p *Payload, root bool) error {
-	if err := r.expect('{'); err != nil {
+func decodePayload(r *jsontext.Canon, p *Payload, root bool) error {
+	if err := r.Expect('{'); err != nil {
 		return err
 	}
 	seen, prevKey := 0, ""
 	for {
-		key, err := r.str(MaxStringLen)
+		key, err := r.Str(MaxStringLen)
 		if err != nil {
 			return err
 		}
@@ -244,7 +244,7 @@ func decodePayload(r *canonReader, p *Payload, root bool) error {
 			return errNotCanonical
 		}
 		prevKey = key
-		if err := r.expect(':'); err != nil {
+		if err := r.Expect(':'); err != nil {
 			return err
 		}
 		switch key {
@@ -255,17 +255,17 @@ func decodePayload(r *canonReader, p *Payload, root bool) error {
 			}
 		case "iat":
 			seen |= fIat
-			if c := r.peek(); c != '-' && !isDigit(c) {
+			if c := r.Peek(); c != '-' && !jsontext.IsDigit(c) {
 				return errors.New("iat: want an integer")
 			}
-			if p.Iat, err = r.int(); err != nil {
+			if p.Iat, err = r.Int(); err != nil {
 				return fmt.Errorf("iat: %w", err)
 			}
 		case "iss", "sub":
-			if r.peek() != '"' {
+			if r.Peek() != '"' {
 				return fmt.Errorf("%s: want a key", key)
 			}
-			s, err := r.str(MaxStringLen)
+			s, err := r.Str(MaxStringLen)
 			if err != nil {
 				return fmt.Errorf("%s: %w", key, err)
 			}
@@ -281,18 +281,18 @@ func decodePayload(r *canonReader, p *Payload, root bool) error {
 			}
 		case "nonce":
 			seen |= fNonce
-			if r.peek() != '"' {
+			if r.Peek() != '"' {
 				return errors.New("nonce: want a string")
 			}
-			if p.Nonce, err = r.str(MaxStringLen); err != nil {
+			if p.Nonce, err = r.Str(MaxStringLen); err != nil {
 				return fmt.Errorf("nonce: %w", err)
 			}
 		case "prev":
 			seen |= fPrev
-			if r.peek() != '"' {
+			if r.Peek() != '"' {
 				return errors.New("prev: want a block id")
 			}
-			if p.Prev, err = r.str(MaxStringLen); err != nil {
+			if p.Prev, err = r.Str(MaxStringLen); err != nil {
 				return fmt.Errorf("prev: %w", err)
 			}
 			if _, err := b64DecodeLen(p.Prev, sha256.Size); err != nil {
@@ -303,10 +303,10 @@ func decodePayload(r *canonReader, p *Payload, root bool) error {
 			// a restriction it would silently ignore.
 			return fmt.Errorf("unknown payload field %q", key)
 		}
-		if r.lit("}") {
+		if r.Lit("}") {
 			break
 		}
-		if err := r.expect(','); err != nil {
+		if err := r.Expect(','); err != nil {
 			return err
 		}
 	}
@@ -325,40 +325,40 @@ func decodePayload(r *canonReader, p *Payload, root bool) error {
 	return nil
 }
 
-func decodeCaveats(r *canonReader) ([]Caveat, error) {
-	if err := r.expect('['); err != nil {
+func decodeCaveats(r *jsontext.Canon) ([]Caveat, error) {
+	if err := r.Expect('['); err != nil {
 		return nil, err
 	}
 	out := []Caveat{}
-	if r.lit("]") {
+	if r.Lit("]") {
 		return out, nil
 	}
 	for {
 		if len(out) == MaxCaveatsPerBlock {
 			return nil, fmt.Errorf("more than %d caveats", MaxCaveatsPerBlock)
 		}
-		if !r.lit("{") || r.peek() != '"' {
+		if !r.Lit("{") || r.Peek() != '"' {
 			return nil, errors.New("a caveat is an object with one key")
 		}
-		name, err := r.str(MaxStringLen)
+		name, err := r.Str(MaxStringLen)
 		if err != nil {
 			return nil, err
 		}
-		if err := r.expect(':'); err != nil {
+		if err := r.Expect(':'); err != nil {
 			return nil, err
 		}
-		start := r.i
-		if err := r.skip(caveatLimits, 0); err != nil {
+		start := r.I
+		if err := r.Skip(caveatLimits, 0); err != nil {
 			return nil, fmt.Errorf("caveat %q: %w", name, err)
 		}
-		out = append(out, Caveat{Name: name, Value: r.b[start:r.i:r.i]})
-		if !r.lit("}") {
+		out = append(out, Caveat{Name: name, Value: r.B[start:r.I:r.I]})
+		if !r.Lit("}") {
 			return nil, errors.New("a caveat is an object with one key")
 		}
-		if r.lit("]") {
+		if r.Lit("]") {
 			return out, nil
 		}
-		if err := r.expect(','); err != nil {
+		if err := r.Expect(','); err != nil {
 			return nil, err
 		}
 	}
