@@ -1,14 +1,14 @@
 package lens
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
-	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
 // This file holds the value half of Lens (§9.1): an order-preserving JSON
@@ -81,44 +81,37 @@ func (n *lensNode) scalar() bool { return n.kind != lnArray && n.kind != lnObjec
 // move keys that look like array indices, "0", "1", …, to the front of an
 // object; the spec does not, and neither does Lens here.)
 func lensDecode(data []byte) (lensNode, error) {
-	d := lensDecoder{data: data}
-	d.space()
+	d := lensDecoder{Scanner: jsontext.Scanner{B: data}}
+	d.Space()
 	v, err := d.value(0)
 	if err != nil {
 		return lensNode{}, err
 	}
-	d.space()
-	if d.pos != len(d.data) {
+	d.Space()
+	if d.I != len(d.B) {
 		return lensNode{}, d.errorf("data after the JSON value")
 	}
 	return v, nil
 }
 
+// lensDecoder builds a lensNode from what its jsontext.Scanner reads.
 type lensDecoder struct {
-	data []byte
-	pos  int
+	jsontext.Scanner
 }
 
 func (d *lensDecoder) errorf(format string, args ...any) error {
-	return fmt.Errorf("lens: invalid JSON at offset %d: %s", d.pos, fmt.Sprintf(format, args...))
+	return d.errorAt(d.I, format, args...)
 }
 
-func (d *lensDecoder) space() {
-	for d.pos < len(d.data) {
-		switch d.data[d.pos] {
-		case ' ', '\t', '\n', '\r':
-			d.pos++
-		default:
-			return
-		}
-	}
+func (d *lensDecoder) errorAt(off int, format string, args ...any) error {
+	return fmt.Errorf("lens: invalid JSON at offset %d: %s", off, fmt.Sprintf(format, args...))
 }
 
 func (d *lensDecoder) value(depth int) (lensNode, error) {
-	if d.pos >= len(d.data) {
+	if d.I >= len(d.B) {
 		return lensNode{}, d.errorf("unexpected end of input")
 	}
-	switch c := d.data[d.pos]; {
+	switch c := d.B[d.I]; {
 	case c == '{':
 		return d.object(depth + 1)
 	case c == '[':
@@ -140,10 +133,9 @@ func (d *lensDecoder) value(depth int) (lensNode, error) {
 }
 
 func (d *lensDecoder) literal(word string) error {
-	if !bytes.HasPrefix(d.data[d.pos:], []byte(word)) {
+	if !d.Literal(word) {
 		return d.errorf("invalid literal")
 	}
-	d.pos += len(word)
 	return nil
 }
 
@@ -151,57 +143,46 @@ func (d *lensDecoder) object(depth int) (lensNode, error) {
 	if depth > maxLensDepth {
 		return lensNode{}, d.errorf("nested deeper than %d", maxLensDepth)
 	}
-	d.pos++ // {
+	d.I++ // {
 	n := lensNode{kind: lnObject}
-	d.space()
-	if d.pos < len(d.data) && d.data[d.pos] == '}' {
-		d.pos++
+	d.Space()
+	if d.I < len(d.B) && d.B[d.I] == '}' {
+		d.I++
 		return n, nil
 	}
-	var seen map[string]bool
+	var seen jsontext.Names
 	for {
-		d.space()
-		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
+		d.Space()
+		if d.I >= len(d.B) || d.B[d.I] != '"' {
 			return lensNode{}, d.errorf("want an object key")
 		}
 		key, err := d.string()
 		if err != nil {
 			return lensNode{}, err
 		}
-		// Small objects are searched directly; big ones get a set so that a
-		// frame with many keys costs linear time, not quadratic.
-		if len(n.obj) >= 16 && seen == nil {
-			seen = make(map[string]bool, 2*len(n.obj))
-			for _, m := range n.obj {
-				seen[m.key] = true
-			}
-		}
-		if seen != nil && seen[key] || seen == nil && n.get(key) != nil {
+		if !seen.Add([]byte(key)) {
 			return lensNode{}, d.errorf("duplicate key %q", key)
 		}
-		if seen != nil {
-			seen[key] = true
-		}
-		d.space()
-		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
+		d.Space()
+		if d.I >= len(d.B) || d.B[d.I] != ':' {
 			return lensNode{}, d.errorf("want ':' after an object key")
 		}
-		d.pos++
-		d.space()
+		d.I++
+		d.Space()
 		v, err := d.value(depth)
 		if err != nil {
 			return lensNode{}, err
 		}
 		n.obj = append(n.obj, lensMember{key: key, val: v})
-		d.space()
-		if d.pos >= len(d.data) {
+		d.Space()
+		if d.I >= len(d.B) {
 			return lensNode{}, d.errorf("unterminated object")
 		}
-		switch d.data[d.pos] {
+		switch d.B[d.I] {
 		case ',':
-			d.pos++
+			d.I++
 		case '}':
-			d.pos++
+			d.I++
 			return n, nil
 		default:
 			return lensNode{}, d.errorf("want ',' or '}' in an object")
@@ -213,30 +194,30 @@ func (d *lensDecoder) array(depth int) (lensNode, error) {
 	if depth > maxLensDepth {
 		return lensNode{}, d.errorf("nested deeper than %d", maxLensDepth)
 	}
-	d.pos++ // [
+	d.I++ // [
 	n := lensNode{kind: lnArray}
-	d.space()
-	if d.pos < len(d.data) && d.data[d.pos] == ']' {
-		d.pos++
+	d.Space()
+	if d.I < len(d.B) && d.B[d.I] == ']' {
+		d.I++
 		n.arr = []lensNode{}
 		return n, nil
 	}
 	for {
-		d.space()
+		d.Space()
 		v, err := d.value(depth)
 		if err != nil {
 			return lensNode{}, err
 		}
 		n.arr = append(n.arr, v)
-		d.space()
-		if d.pos >= len(d.data) {
+		d.Space()
+		if d.I >= len(d.B) {
 			return lensNode{}, d.errorf("unterminated array")
 		}
-		switch d.data[d.pos] {
+		switch d.B[d.I] {
 		case ',':
-			d.pos++
+			d.I++
 		case ']':
-			d.pos++
+			d.I++
 			return n, nil
 		default:
 			return lensNode{}, d.errorf("want ',' or ']' in an array")
@@ -244,185 +225,91 @@ func (d *lensDecoder) array(depth int) (lensNode, error) {
 	}
 }
 
-// number reads the RFC 8259 number grammar and converts it the way
+// number reads a number by the JSON grammar and converts it the way
 // ECMAScript's JSON.parse does: to the nearest float64, with overflow giving
 // ±Infinity and underflow zero.
 func (d *lensDecoder) number() (lensNode, error) {
-	start := d.pos
-	b := d.data
-	if b[d.pos] == '-' {
-		d.pos++
-	}
-	digits := func() int {
-		n := 0
-		for d.pos < len(b) && b[d.pos] >= '0' && b[d.pos] <= '9' {
-			d.pos++
-			n++
-		}
-		return n
-	}
-	switch {
-	case d.pos < len(b) && b[d.pos] == '0':
-		d.pos++
-	case digits() == 0:
+	text, ok := d.NumberPrefix()
+	if !ok {
 		return lensNode{}, d.errorf("invalid number")
 	}
-	if d.pos < len(b) && b[d.pos] == '.' {
-		d.pos++
-		if digits() == 0 {
-			return lensNode{}, d.errorf("invalid number")
-		}
-	}
-	if d.pos < len(b) && (b[d.pos] == 'e' || b[d.pos] == 'E') {
-		d.pos++
-		if d.pos < len(b) && (b[d.pos] == '+' || b[d.pos] == '-') {
-			d.pos++
-		}
-		if digits() == 0 {
-			return lensNode{}, d.errorf("invalid number")
-		}
-	}
-	f, err := strconv.ParseFloat(string(b[start:d.pos]), 64)
+	f, err := strconv.ParseFloat(string(text), 64)
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return lensNode{}, d.errorf("invalid number")
 	}
 	return lensNode{kind: lnNumber, num: f}, nil
 }
 
-// string reads a JSON string starting at its opening quote.
+// string reads a JSON string starting at its opening quote. A \u escape of
+// a lone surrogate is kept: ECMAScript keeps it in the string, so it is
+// kept here too, encoded as UTF-8 would encode it (three bytes starting 0xED
+// 0xA0–0xBF, which valid UTF-8 never holds). lensQuote writes it back as
+// \udxxx, as JSON.stringify does; lensPlain turns it into U+FFFD, as
+// encoding a JavaScript string to UTF-8 does.
 func (d *lensDecoder) string() (string, error) {
-	d.pos++ // "
-	b := d.data
-	start := d.pos
-	// Fast path: no escapes, all ASCII or valid UTF-8.
-	for d.pos < len(b) {
-		c := b[d.pos]
-		if c == '"' {
-			s := string(b[start:d.pos])
-			d.pos++
-			if !utf8.ValidString(s) {
-				d.pos = start
-				return "", d.errorf("invalid UTF-8 in a string")
-			}
-			return s, nil
-		}
-		if c == '\\' || c < 0x20 {
-			break
-		}
-		d.pos++
+	start := d.I + 1
+	b, _, err := d.String(true)
+	if err == nil {
+		return string(b), nil
 	}
-	if !utf8.Valid(b[start:d.pos]) {
-		return "", d.errorf("invalid UTF-8 in a string")
+	return "", d.stringError(start, err)
+}
+
+// stringError words a fault of the string whose text starts at start as
+// Lens reports it: the first fault by position, where invalid UTF-8 counts
+// from the first byte that is not (or, before the first escape, from that
+// escape; in a string without escapes, from its start).
+func (d *lensDecoder) stringError(start int, err error) error {
+	b := d.B
+	limit := d.I - 1 // the closing quote, for ErrUTF8
+	var se *jsontext.SyntaxError
+	if errors.As(err, &se) {
+		limit = se.Off
 	}
-	var sb strings.Builder
-	sb.Write(b[start:d.pos])
-	for {
-		if d.pos >= len(b) {
-			return "", d.errorf("unterminated string")
+	q := start
+	for q < len(b) && b[q] != '"' && b[q] != '\\' && b[q] >= 0x20 {
+		q++
+	}
+	switch {
+	case q < len(b) && b[q] == '"':
+		if !utf8.Valid(b[start:q]) {
+			return d.errorAt(start, "invalid UTF-8 in a string")
 		}
-		c := b[d.pos]
-		switch {
-		case c == '"':
-			d.pos++
-			return sb.String(), nil
-		case c < 0x20:
-			return "", d.errorf("control character in a string")
+	case !utf8.Valid(b[start:q]):
+		return d.errorAt(q, "invalid UTF-8 in a string")
+	}
+	for i := q; i < limit && i < len(b); {
+		switch c := b[i]; {
 		case c == '\\':
-			if err := d.escape(&sb); err != nil {
-				return "", err
+			if i+1 < len(b) && b[i+1] == 'u' {
+				if i+6 > limit {
+					i = limit
+					continue
+				}
+				i += 6
+			} else {
+				i += 2
 			}
 		case c < utf8.RuneSelf:
-			sb.WriteByte(c)
-			d.pos++
+			i++
 		default:
-			r, size := utf8.DecodeRune(b[d.pos:])
+			r, size := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError && size == 1 {
-				return "", d.errorf("invalid UTF-8 in a string")
+				return d.errorAt(i, "invalid UTF-8 in a string")
 			}
-			sb.Write(b[d.pos : d.pos+size])
-			d.pos += size
+			i += size
 		}
 	}
-}
-
-func (d *lensDecoder) escape(sb *strings.Builder) error {
-	b := d.data
-	if d.pos+1 >= len(b) {
-		return d.errorf("unterminated escape")
+	if se == nil {
+		return d.errorAt(limit, "invalid UTF-8 in a string")
 	}
-	c := b[d.pos+1]
-	d.pos += 2
-	switch c {
-	case '"', '\\', '/':
-		sb.WriteByte(c)
-	case 'b':
-		sb.WriteByte('\b')
-	case 'f':
-		sb.WriteByte('\f')
-	case 'n':
-		sb.WriteByte('\n')
-	case 'r':
-		sb.WriteByte('\r')
-	case 't':
-		sb.WriteByte('\t')
-	case 'u':
-		r, ok := d.hex4()
-		if !ok {
-			return d.errorf("invalid \\u escape")
-		}
-		if utf16.IsSurrogate(r) {
-			// A high surrogate followed by an escaped low one is one code
-			// point. Any other surrogate stands alone: ECMAScript keeps it in
-			// the string, so it is kept here too, encoded as UTF-8 would
-			// encode it (three bytes starting 0xED 0xA0–0xBF, which valid
-			// UTF-8 never holds). lensQuote writes it back as \udxxx, as
-			// JSON.stringify does; lensPlain turns it into U+FFFD, as
-			// encoding a JavaScript string to UTF-8 does.
-			if r < 0xdc00 && d.pos+1 < len(b) && b[d.pos] == '\\' && b[d.pos+1] == 'u' {
-				save := d.pos
-				d.pos += 2
-				r2, ok := d.hex4()
-				if !ok {
-					return d.errorf("invalid \\u escape")
-				}
-				if r2 >= 0xdc00 && r2 < 0xe000 {
-					sb.WriteRune(utf16.DecodeRune(r, r2))
-					return nil
-				}
-				d.pos = save
-			}
-			sb.WriteByte(0xe0 | byte(r>>12))
-			sb.WriteByte(0x80 | byte(r>>6)&0x3f)
-			sb.WriteByte(0x80 | byte(r)&0x3f)
-			return nil
-		}
-		sb.WriteRune(r)
-	default:
-		return d.errorf("invalid escape \\%c", c)
+	switch se.Msg {
+	case jsontext.MsgControl:
+		return d.errorAt(se.Off, "control character in a string")
+	case jsontext.MsgUnterminatedEsc:
+		return d.errorAt(se.Off-1, "unterminated escape")
 	}
-	return nil
-}
-
-func (d *lensDecoder) hex4() (rune, bool) {
-	if d.pos+4 > len(d.data) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range d.data[d.pos : d.pos+4] {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		case c >= 'A' && c <= 'F':
-			r |= rune(c - 'A' + 10)
-		default:
-			return 0, false
-		}
-	}
-	d.pos += 4
-	return r, true
+	return d.errorAt(se.Off, "%s", se.Msg)
 }
 
 // lnNumber formats f exactly as ECMAScript's Number::toString(f) does
@@ -540,9 +427,7 @@ func lensQuote(b *strings.Builder, s string) {
 
 // lensSurrogateAt reports whether s holds a lone surrogate kept by the
 // decoder at byte i.
-func lensSurrogateAt(s string, i int) bool {
-	return i+2 < len(s) && s[i] == 0xed && s[i+1] >= 0xa0 && s[i+1] <= 0xbf
-}
+func lensSurrogateAt(s string, i int) bool { return jsontext.IsSurrogateAt(s, i) }
 
 // lensPlain returns s with every lone surrogate replaced by U+FFFD, which is
 // what an ECMAScript string holding one becomes when it is encoded as UTF-8.
@@ -601,44 +486,8 @@ func lensBare(s string) bool {
 	return !lensIsJSONNumber(s)
 }
 
-// lensIsJSONNumber reports whether s matches the JSON number grammar
-// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
-func lensIsJSONNumber(s string) bool {
-	i := 0
-	digits := func() int {
-		n := 0
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-			n++
-		}
-		return n
-	}
-	if i < len(s) && s[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(s) && s[i] == '0':
-		i++
-	case digits() == 0:
-		return false
-	}
-	if i < len(s) && s[i] == '.' {
-		i++
-		if digits() == 0 {
-			return false
-		}
-	}
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			return false
-		}
-	}
-	return i == len(s)
-}
+// lensIsJSONNumber reports whether s matches the JSON number grammar.
+func lensIsJSONNumber(s string) bool { return jsontext.ValidNumber(s) }
 
 // lensWriter builds Lens text line by line. Lines are joined with \n and the
 // text has no trailing newline. hook, when set, rewrites every piece of
