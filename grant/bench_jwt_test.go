@@ -117,7 +117,7 @@ func verifyJWTChain(chain []string, trusted []string, ctx *Context) error {
 		if c.Verbs != nil && !slices.Contains(c.Verbs, ctx.Verb) {
 			return errJWT
 		}
-		if c.Can != nil && !slices.ContainsFunc(c.Can, func(p string) bool { return MatchPattern(p, ctx.Capability) }) {
+		if c.Can != nil && !slices.ContainsFunc(c.Can, func(p string) bool { return matchPattern(p, ctx.Capability) }) {
 			return errJWT
 		}
 		if ctx.Verb != "COMMIT" {

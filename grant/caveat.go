@@ -332,11 +332,11 @@ func canonicalCaveat(data []byte) (string, json.RawMessage, bool) {
 	return name, bytes.Clone(data[start:r.I]), true
 }
 
-// MatchPattern reports whether capability matches a can pattern (§6.3 with
+// matchPattern reports whether capability matches a can pattern (§6.3 with
 // errata 1): "*" matches all; a pattern ending in "*" matches every
 // capability that starts with the text before it ("calendar.*" matches
 // "calendar.find"); any other pattern matches only itself.
-func MatchPattern(pattern, capability string) bool {
+func matchPattern(pattern, capability string) bool {
 	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
 		return strings.HasPrefix(capability, prefix)
 	}

@@ -29,8 +29,8 @@ func TestMatchPattern(t *testing.T) {
 		{"", "x", false},
 	}
 	for _, tt := range tests {
-		if got := MatchPattern(tt.pattern, tt.capability); got != tt.want {
-			t.Errorf("MatchPattern(%q, %q) = %v, want %v", tt.pattern, tt.capability, got, tt.want)
+		if got := matchPattern(tt.pattern, tt.capability); got != tt.want {
+			t.Errorf("matchPattern(%q, %q) = %v, want %v", tt.pattern, tt.capability, got, tt.want)
 		}
 	}
 }

@@ -75,7 +75,7 @@ func TestConformanceKeys(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.Seed, func(t *testing.T) {
-			k, err := KeyFromSeed(c.Seed)
+			k, err := keyFromSeed(c.Seed)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestConformanceProof(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.Aud+"/"+c.Verb, func(t *testing.T) {
-			k, err := KeyFromSeed(c.Seed)
+			k, err := keyFromSeed(c.Seed)
 			if err != nil {
 				t.Fatal(err)
 			}

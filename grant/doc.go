@@ -4,9 +4,14 @@
 //
 // It is what a Parley service written in Go imports to verify grants, and
 // what parley-keyd uses to issue them. It is pure: no I/O, no clock (every
-// function that needs the time takes now as unix seconds), no network and
-// no global state. Signing goes through crypto.Signer, so a principal key
-// can live in a key service.
+// function that needs the time takes now as unix seconds) and no network.
+// Its only global state is two memo tables of DecodeStrict, which remember
+// what reflect says about a Go type (its JSON fields, whether it has an
+// UnmarshalJSON method): each entry is a function of the type alone, so no
+// result depends on which calls came before. The one cache of results,
+// BlockCache, is a value a caller makes and passes in Context.Cache.
+// Signing goes through crypto.Signer, so a principal key can live in a key
+// service.
 //
 // Ed25519 signatures are deterministic, so a signature computed with a fault
 // can give the key away. Issue and IssueConsent therefore verify every

@@ -181,9 +181,9 @@ func NewKey(rand io.Reader) (ed25519.PrivateKey, error) {
 	return ed25519.NewKeyFromSeed(seed), nil
 }
 
-// KeyFromSeed returns the Ed25519 key of a 32-byte seed written in b64url,
+// keyFromSeed returns the Ed25519 key of a 32-byte seed written in b64url,
 // the form of the conformance vectors.
-func KeyFromSeed(seedB64url string) (ed25519.PrivateKey, error) {
+func keyFromSeed(seedB64url string) (ed25519.PrivateKey, error) {
 	seed, err := b64DecodeLen(seedB64url, ed25519.SeedSize)
 	if err != nil {
 		return nil, fmt.Errorf("seed: %w", err)
@@ -289,7 +289,7 @@ func ParseKeyFile(data []byte) (ed25519.PrivateKey, error) {
 			if priv != nil {
 				return nil, fmt.Errorf("key file: line %d: a second key", n+1)
 			}
-			k, err := KeyFromSeed(strings.TrimSpace(strings.TrimPrefix(line, keyFileTag+" ")))
+			k, err := keyFromSeed(strings.TrimSpace(strings.TrimPrefix(line, keyFileTag+" ")))
 			if err != nil {
 				return nil, fmt.Errorf("key file: line %d: %w", n+1, err)
 			}

@@ -51,13 +51,13 @@ func TestNewKey(t *testing.T) {
 	if _, err := NewKey(bytes.NewReader(seed[:31])); err == nil {
 		t.Error("NewKey with a short reader: no error")
 	}
-	if _, err := KeyFromSeed("AAAA"); err == nil {
-		t.Error("KeyFromSeed with a short seed: no error")
+	if _, err := keyFromSeed("AAAA"); err == nil {
+		t.Error("keyFromSeed with a short seed: no error")
 	}
 }
 
 func TestKeyFile(t *testing.T) {
-	k, err := KeyFromSeed("AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI")
+	k, err := keyFromSeed("AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI")
 	if err != nil {
 		t.Fatal(err)
 	}

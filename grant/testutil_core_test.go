@@ -18,7 +18,7 @@ var (
 const testNow = 1790000000
 
 func seedKey(s string) ed25519.PrivateKey {
-	k, err := KeyFromSeed(s)
+	k, err := keyFromSeed(s)
 	if err != nil {
 		panic(err)
 	}

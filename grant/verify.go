@@ -238,7 +238,7 @@ func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 					return pass
 				}
 			default:
-				if MatchPattern(s, ctx.Capability) {
+				if matchPattern(s, ctx.Capability) {
 					return pass
 				}
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"os"
@@ -73,8 +74,12 @@ func cmdMkroot(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 6 {
 		ts.Fatalf("usage: mkroot VAR SEED HOLDER IAT NONCE CAVEATS")
 	}
-	principal, err := grant.KeyFromSeed(args[1])
+	seed, err := base64.RawURLEncoding.Strict().DecodeString(args[1])
 	ts.Check(err)
+	if len(seed) != ed25519.SeedSize {
+		ts.Fatalf("mkroot: the seed is not %d bytes", ed25519.SeedSize)
+	}
+	principal := ed25519.NewKeyFromSeed(seed)
 	holder, err := grant.ParsePublicKey(args[2])
 	ts.Check(err)
 	iat, err := strconv.ParseInt(args[3], 10, 64)

@@ -14,5 +14,6 @@
 // from the bytes its hash covers. EscapeJSONText makes raw JSON safe to
 // print without changing its value.
 //
-// The package is pure, as grant is: no I/O, no clock, no global state.
+// The package is pure: no I/O, no clock and no global state but constant
+// tables.
 package lens
