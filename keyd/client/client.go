@@ -501,10 +501,15 @@ func eventFunc(fn func(protocol.Event)) func(*protocol.Frame) {
 	}
 }
 
+// holderKey returns the key string of the agent's signer, which must be a
+// key grant.CheckPublicKey accepts (DESIGN.md property 10).
 func holderKey(s crypto.Signer) (string, error) {
 	pub, ok := s.Public().(ed25519.PublicKey)
 	if !ok {
 		return "", errors.New("the agent key is not Ed25519")
+	}
+	if err := grant.CheckPublicKey(pub); err != nil {
+		return "", fmt.Errorf("the agent key: %w", err)
 	}
 	return grant.FormatPublicKey(pub), nil
 }
