@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
-	"github.com/parley-keyd/parley-keyd/grant/internal/lensfmt"
 )
 
 // Caveat is one restriction of a grant: a single-key JSON object (§6.3).
@@ -342,60 +341,3 @@ func matchPattern(pattern, capability string) bool {
 	}
 	return pattern == capability
 }
-
-// Describe returns the caveat in words for a human, such as "only at
-// service shop.example". The words contain text from the token: neutralize
-// it before showing it on a terminal.
-func (c Caveat) Describe() string {
-	if !c.Known() {
-		return fmt.Sprintf("unknown caveat %q (never satisfied)", c.Name)
-	}
-	if err := c.Check(); err != nil {
-		return fmt.Sprintf("malformed %s caveat (never satisfied): %s", c.Name, c.Value)
-	}
-	switch c.Name {
-	case CaveatSvc:
-		ss, _ := c.Strings()
-		return "only at " + plural(len(ss), "service", "services") + listWords(ss)
-	case CaveatVerbs:
-		ss, _ := c.Strings()
-		return "only " + plural(len(ss), "the verb", "the verbs") + listWords(ss)
-	case CaveatCan:
-		ss, _ := c.Strings()
-		return "only " + plural(len(ss), "capability", "capabilities") + listWords(ss)
-	case CaveatExp:
-		n, _ := c.Int()
-		return "expires at " + timeWords(n)
-	case CaveatNbf:
-		n, _ := c.Int()
-		return "not before " + timeWords(n)
-	case CaveatPer:
-		m, _ := c.Money()
-		return "commits cost at most " + m.String() + " each"
-	case CaveatSpend:
-		m, _ := c.Money()
-		return "commits cost at most " + m.String() + " in total"
-	case CaveatRisk:
-		s, _ := c.Text()
-		return "commits only of proposals with risk " + s + " or lower"
-	default: // CaveatOnly
-		s, _ := c.Text()
-		return "commits only the proposal with hash " + s
-	}
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
-func listWords(ss []string) string {
-	if len(ss) == 0 {
-		return " (none: never satisfied)"
-	}
-	return " " + strings.Join(ss, ", ")
-}
-
-func timeWords(unix int64) string { return lensfmt.Time(unix) }

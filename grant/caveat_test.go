@@ -117,29 +117,3 @@ func TestCaveatJSON(t *testing.T) {
 		t.Errorf("Svc(invalid UTF-8) = %s", got)
 	}
 }
-
-func TestCaveatDescribe(t *testing.T) {
-	tests := []struct {
-		c    Caveat
-		want string
-	}{
-		{Svc("shop.example"), "only at service shop.example"},
-		{Svc("a", "b"), "only at services a, b"},
-		{Svc(), "only at services (none: never satisfied)"},
-		{Verbs("ASK", "INTENT"), "only the verbs ASK, INTENT"},
-		{Can("shop.*"), "only capability shop.*"},
-		{Exp(1790003600), "expires at 2026-09-21T15:13:20Z"},
-		{Nbf(1790000040), "not before 2026-09-21T14:14Z"},
-		{Per(Money{3000, "USD"}), "commits cost at most 30.00 USD each"},
-		{Spend(Money{500, "JPY"}), "commits cost at most 500 JPY in total"},
-		{Risk(RiskMedium), "commits only of proposals with risk medium or lower"},
-		{Only("abc"), "commits only the proposal with hash abc"},
-		{Caveat{Name: "region", Value: json.RawMessage(`"eu"`)}, `unknown caveat "region" (never satisfied)`},
-		{Risk("extreme"), `malformed risk caveat (never satisfied): "extreme"`},
-	}
-	for _, tt := range tests {
-		if got := tt.c.Describe(); got != tt.want {
-			t.Errorf("%s.Describe() = %q, want %q", tt.c, got, tt.want)
-		}
-	}
-}

@@ -12,8 +12,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/parley-keyd/parley-keyd/grant/internal/lensfmt"
 )
 
 func allCaveats() []Caveat {
@@ -379,40 +377,6 @@ func TestConsent(t *testing.T) {
 				t.Error("IssueConsent: no error")
 			}
 		})
-	}
-}
-
-func TestDescribe(t *testing.T) {
-	root := issue(t, Svc("shop.example"), Exp(testNow+3600), Per(Money{3000, "USD"}))
-	tok := delegate(t, root, keyAgent, keySub, Can("shop.search"), Exp(testNow-1), Exp(testNow+10))
-	got := tok.Describe(testNow)
-	want := []BlockInfo{
-		{
-			Index: 0, ID: root.ID(), Signer: principalPub, Holder: pubText(keyAgent),
-			Caveats: root.Blocks[0].Payload.Caveats,
-			Words: []string{
-				"only at service shop.example",
-				"expires at " + lensfmt.Time(testNow+3600),
-				"commits cost at most 30.00 USD each",
-			},
-			Iat: testNow - 100, Expires: testNow + 3600, HasExpiry: true,
-		},
-		{
-			Index: 1, ID: tok.Blocks[1].ID(), Signer: pubText(keyAgent), Holder: pubText(keySub),
-			Caveats: tok.Blocks[1].Payload.Caveats,
-			Words: []string{
-				"only capability shop.search",
-				"expires at " + lensfmt.Time(testNow-1),
-				"expires at " + lensfmt.Time(testNow+10),
-			},
-			Iat: testNow - 50, Expires: testNow - 1, HasExpiry: true, Expired: true,
-		},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Describe (-want +got):\n%s", diff)
-	}
-	if e, ok := tok.Expiry(); !ok || e != testNow-1 {
-		t.Errorf("Expiry = %d, %v; want the earliest exp over all blocks", e, ok)
 	}
 }
 

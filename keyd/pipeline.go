@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
@@ -560,7 +561,7 @@ func (s *Server) explain(r *request) (*protocol.Frame, error) {
 		out["expires"] = d.Grant.Exp
 		words := make([]string, len(cavs))
 		for i, cv := range cavs {
-			words[i] = cv.Describe()
+			words[i] = lens.DescribeCaveat(cv)
 		}
 		out["allows"] = words
 	}

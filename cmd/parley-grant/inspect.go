@@ -111,7 +111,7 @@ func buildReport(t *grant.Token, now int64) *inspectReport {
 			rep.ChainError = err.Error()
 		}
 	}
-	for _, info := range t.Describe(now) {
+	for _, info := range lens.Describe(t, now) {
 		b := inspectBlock{
 			Index:   info.Index,
 			ID:      info.ID,

@@ -340,7 +340,7 @@ func caveatList(cavs []grant.Caveat) []any {
 func caveatWords(cavs []grant.Caveat) []string {
 	out := make([]string, 0, len(cavs))
 	for _, c := range cavs {
-		out = append(out, lens.SafeText(c.Describe(), 200))
+		out = append(out, lens.SafeText(lens.DescribeCaveat(c), 200))
 	}
 	return out
 }

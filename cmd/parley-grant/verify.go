@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/spf13/cobra"
 )
 
@@ -182,7 +183,7 @@ func runVerify(f *verifyFlags, args []string) error {
 func verdictError(v *verdict) error {
 	msg := v.Code + ": " + v.Message
 	for _, c := range v.Need {
-		msg += "; blocked by: " + c.Describe()
+		msg += "; blocked by: " + lens.DescribeCaveat(c)
 	}
 	var hint string
 	switch grant.Code(v.Code) {

@@ -4,7 +4,8 @@
 // Reply, Proposal and Value give the byte-exact Lens text that the spec's
 // conformance vectors pin; EffectLine renders one effect; FormatMoney,
 // FormatDuration and FormatTime write amounts, durations and times as Lens
-// does (§9.2); Estimate counts tokens as in §8.
+// does (§9.2); Estimate counts tokens as in §8. DescribeCaveat and
+// Describe say in words what a grant allows.
 //
 // Everything an agent or a service wrote is untrusted. SafeText and
 // SafeLines neutralize such text (control characters, bidi overrides,

@@ -3,9 +3,9 @@ package lens
 import (
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/grant/internal/lensfmt"
 )
 
 // FormatMoney renders an amount in minor units and its currency as Lens shows
@@ -56,4 +56,70 @@ func lensDuration(f float64) string {
 // ("2026-09-21T14:23:20Z", "2026-09-21T15:15Z"). Years outside 0000–9999 are
 // written as ECMAScript's Date.prototype.toISOString writes them: a sign and
 // at least six digits ("+010000-01-01T00:00Z").
-func FormatTime(unix int64) string { return lensfmt.Time(unix) }
+func FormatTime(unix int64) string {
+	days, secs := unix/86400, unix%86400
+	if secs < 0 {
+		days--
+		secs += 86400
+	}
+	y, m, d := lensCivil(days)
+	var b strings.Builder
+	switch {
+	case y >= 0 && y <= 9999:
+		lensPad(&b, y, 4)
+	case y < 0:
+		b.WriteByte('-')
+		lensPad(&b, -y, 6)
+	default:
+		b.WriteByte('+')
+		lensPad(&b, y, 6)
+	}
+	b.WriteByte('-')
+	lensPad(&b, m, 2)
+	b.WriteByte('-')
+	lensPad(&b, d, 2)
+	b.WriteByte('T')
+	lensPad(&b, secs/3600, 2)
+	b.WriteByte(':')
+	lensPad(&b, secs/60%60, 2)
+	if s := secs % 60; s != 0 {
+		b.WriteByte(':')
+		lensPad(&b, s, 2)
+	}
+	b.WriteByte('Z')
+	return b.String()
+}
+
+// lensCivil converts days since 1970-01-01 to a proleptic Gregorian date
+// (the civil-from-days algorithm of H. Hinnant). It works for every day that
+// an int64 of seconds can name, where time.Time would overflow.
+func lensCivil(days int64) (year, month, day int64) {
+	z := days + 719468
+	era := z / 146097
+	if z < 0 && z%146097 != 0 {
+		era--
+	}
+	doe := z - era*146097                                  // [0, 146096]
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365 // [0, 399]
+	doy := doe - (365*yoe + yoe/4 - yoe/100)               // [0, 365]
+	mp := (5*doy + 2) / 153                                // [0, 11]
+	day = doy - (153*mp+2)/5 + 1
+	month = mp + 3
+	if month > 12 {
+		month -= 12
+	}
+	year = yoe + era*400
+	if month <= 2 {
+		year++
+	}
+	return year, month, day
+}
+
+// lensPad writes a non-negative n with at least width digits.
+func lensPad(b *strings.Builder, n int64, width int) {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s); i < width; i++ {
+		b.WriteByte('0')
+	}
+	b.WriteString(s)
+}
