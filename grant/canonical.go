@@ -271,6 +271,9 @@ func (p *jsonReader) errorf(format string, args ...any) error {
 
 // scanErr words an error of the scanner.
 func scanErr(err error) error {
+	if err == nil {
+		return nil // and no allocation for errors.As's target
+	}
 	var se *jsontext.SyntaxError
 	if errors.As(err, &se) {
 		return fmt.Errorf("json: offset %d: %s", se.Off, se.Msg)
