@@ -97,6 +97,9 @@ type throughput struct {
 	PerSec               float64
 	ServerCPU, ClientCPU time.Duration
 	Start, End           time.Time // the counted window
+	// PerGroup is the requests per group sync of a server that reports
+	// it (the floor server), over the whole run with its warm-up.
+	PerGroup float64 `json:",omitempty"`
 }
 
 // measureThroughput runs one goroutine per client, each issuing requests on

@@ -59,7 +59,9 @@ import (
 )
 
 func main() {
-	// The bench re-executes itself as the echo process of the floor.
+	// The bench re-executes itself as the floor server, and as the echo
+	// process of the floor.
+	floorServerMain()
 	if sock := os.Getenv(echoEnv); sock != "" {
 		n, _ := strconv.Atoi(os.Getenv(echoReplyEnv))
 		fmt.Fprintf(os.Stderr, "bench echo: %v\n", serveEcho(sock, n))
@@ -75,6 +77,7 @@ type options struct {
 	keydBin, sshAgentBin, dir, jsonOut, perfOut string
 	cpuProfile, daemonProfile, base             string
 	n, warm, clients, readyRuns, conns, rounds  int
+	floorGroup                                  int
 	duration                                    time.Duration
 	verifyTime                                  string
 	verify                                      bool
@@ -146,6 +149,7 @@ func run() error {
 	flag.IntVar(&o.n, "n", 2000, "requests timed in sequence per system and round for the latency figures")
 	flag.IntVar(&o.warm, "warm", 200, "untimed requests per system before the first round")
 	flag.IntVar(&o.clients, "clients", 16, "concurrent clients for the throughput figures")
+	flag.IntVar(&o.floorGroup, "floorgroup", 0, "the most requests the floor server makes durable with one fdatasync (0: all that are queued), e.g. the daemon's records per group commit")
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "how long each throughput run lasts")
 	flag.IntVar(&o.readyRuns, "ready-runs", 9, "daemon starts timed for the ready figure")
 	flag.IntVar(&o.conns, "conns", 1000, "idle connections for the memory figure")
@@ -318,6 +322,24 @@ func run() error {
 		return err
 	}
 	defer fl.stop()
+	fs, err := startFloorServer(dir, fig.ReplyBytes, fig.RecordBytes, o.floorGroup)
+	if err != nil {
+		return err
+	}
+	fsys := &system{name: sysFloorServer, pid: fs.cmd.Process.Pid, stop: fs.stop,
+		groups:  func() (int64, int64, error) { return floorStats(fs.sock) },
+		connect: func(n int) ([]op, func(), error) { return floorClients(fs.sock, fl.request, n) }}
+	if fsys.ops, fsys.close, err = fsys.connect(o.clients); err != nil {
+		fs.stop()
+		return fmt.Errorf("%s: %w", fsys.name, err)
+	}
+	systems = append(systems, fsys)
+	fig.Systems = append(fig.Systems, fsys.name)
+	for i := 0; i < o.warm; i++ {
+		if err := fsys.ops[0](); err != nil {
+			return fmt.Errorf("%s: warm-up request %d: %w", fsys.name, i+1, err)
+		}
+	}
 
 	stopProfile, err := startCPUProfile(o.cpuProfile)
 	if err != nil {
@@ -392,6 +414,7 @@ func run() error {
 
 	report(os.Stdout, &fig)
 	reportWrite(os.Stdout, &fig)
+	reportCPUFloor(os.Stdout, &fig)
 	reportBase(os.Stdout, &fig)
 	reportSigners(os.Stdout, fig.Signers)
 	reportStartup(os.Stdout, fig.Startup)

@@ -29,6 +29,9 @@ type system struct {
 	connect func(n int) ([]op, func(), error)
 	// stop, if set, ends the server when the bench ends.
 	stop func()
+	// groups, if set, returns how many group syncs the server has done
+	// and how many requests they made durable (the floor server).
+	groups func() (groups, records int64, err error)
 
 	ops   []op
 	close func()
@@ -86,11 +89,27 @@ func runRounds(systems []*system, fl *floor, rounds, n int, d time.Duration) ([]
 			}
 		}
 		for _, s := range order {
+			var g0, n0, g1, n1 int64
+			if s.groups != nil {
+				if g0, n0, err = s.groups(); err != nil {
+					return nil, fmt.Errorf("%s: %w", s.name, err)
+				}
+			}
 			pprof.Do(context.Background(), pprof.Labels("system", s.name, "phase", "throughput"), func(context.Context) {
 				r.Throughput[s.name], err = measureThroughput(s.pid, s.ops, d)
 			})
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.name, err)
+			}
+			if s.groups != nil {
+				if g1, n1, err = s.groups(); err != nil {
+					return nil, fmt.Errorf("%s: %w", s.name, err)
+				}
+				if g1 > g0 {
+					t := r.Throughput[s.name]
+					t.PerGroup = float64(n1-n0) / float64(g1-g0)
+					r.Throughput[s.name] = t
+				}
 			}
 		}
 		out = append(out, r)
