@@ -38,7 +38,7 @@ type Config struct {
 	// Policy is the policy file, relative to the configuration file's folder.
 	Policy string `toml:"policy"`
 	// ApprovalTimeout is how long a request waits for a human before it is refused.
-	ApprovalTimeout Duration `toml:"approval_timeout"`
+	ApprovalTimeout duration.Value `toml:"approval_timeout"`
 	// MaxConnections caps open connections; further ones are refused at accept.
 	MaxConnections int `toml:"max_connections"`
 	// MaxConnectionsPerUser caps the open connections of one uid, so that
@@ -47,7 +47,7 @@ type Config struct {
 	// FrameTimeout is how long, in all, the daemon waits for the rest of a
 	// frame once its first byte has arrived (default 10s); a slower frame
 	// ends its connection.
-	FrameTimeout Duration `toml:"frame_timeout"`
+	FrameTimeout duration.Value `toml:"frame_timeout"`
 
 	Access Access `toml:"access"`
 	Phone  Phone  `toml:"phone"`
@@ -77,20 +77,20 @@ type AuditConfig struct {
 	// CheckpointEvery and CheckpointInterval say how often the head is
 	// signed: after that many records, or that long after the last
 	// checkpoint when records came since. Zero means 1000 and 1m.
-	CheckpointEvery    int      `toml:"checkpoint_every"`
-	CheckpointInterval Duration `toml:"checkpoint_interval"`
+	CheckpointEvery    int            `toml:"checkpoint_every"`
+	CheckpointInterval duration.Value `toml:"checkpoint_interval"`
 	// SegmentMiB and SegmentAge say when a new segment starts. Zero means
 	// 64 MiB and no age limit.
-	SegmentMiB int      `toml:"segment_mib"`
-	SegmentAge Duration `toml:"segment_age"`
+	SegmentMiB int            `toml:"segment_mib"`
+	SegmentAge duration.Value `toml:"segment_age"`
 	// Retain removes closed segments older than this once every witness
 	// holds a checkpoint after them. Zero keeps every segment.
-	Retain Duration `toml:"retain"`
+	Retain duration.Value `toml:"retain"`
 	// ScrubInterval and ScrubRate say how often the whole log is verified
 	// again in the background (after every start, then at this interval)
 	// and how fast it is read, in MiB a second. Zero means 24h and 16.
-	ScrubInterval Duration `toml:"scrub_interval"`
-	ScrubRate     int      `toml:"scrub_rate"`
+	ScrubInterval duration.Value `toml:"scrub_interval"`
+	ScrubRate     int            `toml:"scrub_rate"`
 }
 
 // Options returns the audit log's options this table sets.
@@ -157,10 +157,6 @@ func (c *Config) PhoneURL() string {
 	}
 	return "https://" + c.Phone.Listen
 }
-
-// Duration is a time.Duration written as "120s", "2m" or "30d" in TOML,
-// read as every flag and key that takes a duration is (internal/duration).
-type Duration = duration.Value
 
 // Defaults for a configuration that leaves a field out.
 const (

@@ -368,7 +368,7 @@ func (d *Daemon) Reload() error {
 	}
 	if err != nil {
 		d.logf("reload refused, keeping the current configuration and policy: %v", err)
-		d.auditRefusal(audit.Record{Kind: audit.KindPolicyReload, Decision: "refused", Message: err.Error()})
+		d.auditFolded(audit.Record{Kind: audit.KindPolicyReload, Decision: "refused", Message: err.Error()})
 		return err
 	}
 	pending := keepRestartOnly(old, cfg)
@@ -378,7 +378,7 @@ func (d *Daemon) Reload() error {
 		msg += "; " + restartNote(pending)
 	}
 	d.logf("reloaded %s and %s", old.path, msg)
-	d.auditRefusal(audit.Record{Kind: audit.KindPolicyReload, Decision: "loaded", Message: msg})
+	d.auditFolded(audit.Record{Kind: audit.KindPolicyReload, Decision: "loaded", Message: msg})
 	return nil
 }
 

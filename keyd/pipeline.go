@@ -182,7 +182,7 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 		if r.over && !changesState(rec) {
 			s.auditOver(*rec, r.overWho)
 		} else {
-			s.auditRefusal(*rec)
+			s.auditFolded(*rec)
 		}
 	}
 	r.settle(err)
@@ -221,10 +221,11 @@ func refusalKind(verb string, code protocol.Code) string {
 	return audit.KindRequest
 }
 
-// auditRefusal records a request that issued nothing. Its refusal stands
-// whether or not the record could be written; a failure is logged.
-// Identical repeats are folded into counted records, never dropped.
-func (s *Server) auditRefusal(rec audit.Record) {
+// auditFolded records rec, a record that issued nothing (a refused request,
+// a reload, loaded or refused), folding identical repeats into counted
+// records, never dropping one. What it records stands whether or not the
+// record could be written; a failure is logged.
+func (s *Server) auditFolded(rec audit.Record) {
 	var err error
 	if f, ok := s.audit.(folder); ok {
 		_, _, err = f.AppendFolded(rec)

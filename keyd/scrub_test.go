@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/client"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
@@ -21,7 +22,7 @@ import (
 // scrubFast makes the daemon's scrub run every 50 ms, fast, over small
 // segments.
 func scrubFast(c *Config, o *Options) {
-	c.Audit.ScrubInterval = Duration{Duration: 50 * time.Millisecond}
+	c.Audit.ScrubInterval = duration.Value{Duration: 50 * time.Millisecond}
 	c.Audit.ScrubRate = 1024
 	o.AuditOptions.SegmentSize = 4 << 10
 }

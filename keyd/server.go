@@ -37,7 +37,7 @@ type serverOptions struct {
 	Identify func(*net.UnixConn) (peercred.Identity, error)
 }
 
-// Server is the daemon: it accepts connections on a Unix socket, learns each
+// Server answers the daemon's socket: it accepts connections, learns each
 // peer's identity from the kernel, and runs every request through one
 // pipeline: read → validate → decide → (approve) → sign → audit → reply.
 type Server struct {
@@ -756,7 +756,7 @@ func (c *conn) refuse(re, verb string, e *protocol.Error) {
 		c.s.auditOver(rec, who)
 		return
 	}
-	c.s.auditRefusal(rec)
+	c.s.auditFolded(rec)
 }
 
 func (c *conn) claimID(id string) bool {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/internal/filetrust"
 )
 
@@ -36,7 +37,7 @@ func TestTrustedFilesCoverEveryFileKey(t *testing.T) {
 			key := prefix + name
 			fv := v.Field(i)
 			switch {
-			case fv.Kind() == reflect.Struct && f.Type != reflect.TypeOf(Duration{}):
+			case fv.Kind() == reflect.Struct && f.Type != reflect.TypeOf(duration.Value{}):
 				walk(fv, key+".")
 			case !fileKey.MatchString(name):
 			case fv.Kind() == reflect.String:

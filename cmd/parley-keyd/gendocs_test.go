@@ -12,12 +12,13 @@ import (
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/internal/clidocs/clidocstest"
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/keyd"
 )
 
-// keyd.Duration reads itself from text, as every value type of the file
+// duration.Value reads itself from text, as every value type of the file
 // must for TestFilePages to tell values from tables.
-var _ encoding.TextUnmarshaler = (*keyd.Duration)(nil)
+var _ encoding.TextUnmarshaler = (*duration.Value)(nil)
 
 // TestGendocs checks the man pages and completions that make install
 // installs: one page per visible command, and completions that offer every

@@ -87,7 +87,7 @@ type TransitConfig struct {
 	AppRoleMount string `toml:"approle_mount"`
 	// Timeout is the deadline of one signature across all addresses
 	// (default 3s).
-	Timeout Duration `toml:"timeout"`
+	Timeout duration.Value `toml:"timeout"`
 }
 
 // PKCS11Config is [key.pkcs11]: an Ed25519 key in a PKCS#11 3.0 token.
@@ -105,7 +105,7 @@ type PKCS11Config struct {
 	// Sessions bounds the signatures made at once (default 4).
 	Sessions int `toml:"sessions"`
 	// Timeout is the deadline of one signature (default 2s).
-	Timeout Duration `toml:"timeout"`
+	Timeout duration.Value `toml:"timeout"`
 }
 
 // Defaults for what the [key] table leaves out.
@@ -117,10 +117,6 @@ const (
 	DefaultPKCS11Timeout  = 2 * time.Second
 	DefaultSessions       = 4
 )
-
-// Duration is a time.Duration written as "3s" in TOML, read as every flag
-// and key that takes a duration is (internal/duration).
-type Duration = duration.Value
 
 // Check fills in defaults and returns an error naming the first key that is
 // missing or wrong for the chosen backend. It reads no file.

@@ -85,9 +85,10 @@ type Options struct {
 // to reach the service within cfg.Timeout: when the service answers, Open
 // fails unless the pinned version's public key is opts.Principal, and
 // unless the key is neither exportable nor backed up in plaintext. When no
-// address answers, Open still returns the signer, which refuses to sign
-// (unavailable) until the service answers and passes the same checks; the
-// returned error is then an *signer.UnavailableError for the caller to log.
+// address answers, Open logs that through opts.Logf and still returns the
+// signer, which refuses to sign (unavailable) until the service answers and
+// passes the same checks, together with the *signer.UnavailableError it
+// logged: the caller need not log it again.
 func Open(cfg signer.TransitConfig, opts Options) (*Signer, error) {
 	s, err := newSigner(cfg, opts)
 	if err != nil {

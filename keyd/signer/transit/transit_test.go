@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/internal/testtransit"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
@@ -45,7 +46,7 @@ func newFixture(t *testing.T, tls bool) *fixture {
 	f.pub = f.srv.CreateKey(keyName)
 	f.srv.AddToken("s.daemon", testtransit.Token{})
 	f.cfg = signer.TransitConfig{Addresses: []string{f.srv.URL}, TokenFile: f.write("token", "s.daemon\n"),
-		Timeout: signer.Duration{Duration: 2 * time.Second}}
+		Timeout: duration.Value{Duration: 2 * time.Second}}
 	if tls {
 		ca, err := f.srv.CAFile(f.dir)
 		if err != nil {
