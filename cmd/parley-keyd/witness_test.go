@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/procgroup"
+	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 )
 
@@ -116,7 +116,7 @@ exec sleep 1000`},
 					t.Errorf("witness pid %s ran in process group %s, not in one of its own", r[1], r[0])
 					continue
 				}
-				if left := procgroup.WaitGone(pgid, 2*time.Second); len(left) > 0 {
+				if left := testpeer.WaitGroupGone(pgid, 2*time.Second); len(left) > 0 {
 					t.Errorf("processes %v of witness group %d outlived the daemon", left, pgid)
 				}
 			}

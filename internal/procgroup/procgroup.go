@@ -19,10 +19,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -114,45 +111,3 @@ func (l *Limited) Bytes() []byte { return l.b.Bytes() }
 
 // String returns what was kept as a string.
 func (l *Limited) String() string { return l.b.String() }
-
-// Members returns the pids of the live processes in process group pgid, as
-// /proc shows them (zombies, which have ended, are left out): for tests and
-// diagnostics. A process sent SIGKILL is still listed until it has died.
-func Members(pgid int) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp …; comm may hold spaces and ")".
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) >= 3 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" && f[0] != "X" {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// WaitGone waits up to d for process group pgid to have no live member
-// (SIGKILL takes effect a moment after kill returns) and returns the
-// members still alive then: for tests.
-func WaitGone(pgid int, d time.Duration) []int {
-	end := time.Now().Add(d)
-	for {
-		left := Members(pgid)
-		if len(left) == 0 || time.Now().After(end) {
-			return left
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

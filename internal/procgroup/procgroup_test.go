@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 )
 
 // TestRunEndsWhole: children that would hold up their caller (issue 20
@@ -61,7 +63,7 @@ func TestRunEndsWhole(t *testing.T) {
 			if (err == nil) != tt.ok {
 				t.Errorf("err = %v, want ok=%v", err, tt.ok)
 			}
-			if left := WaitGone(pgid, time.Second); len(left) > 0 {
+			if left := testpeer.WaitGroupGone(pgid, time.Second); len(left) > 0 {
 				for _, pid := range left {
 					syscall.Kill(pid, syscall.SIGKILL)
 				}

@@ -336,3 +336,45 @@ func LockTree(t testing.TB) (unlock func()) {
 	t.Cleanup(unlock)
 	return unlock
 }
+
+// GroupMembers returns the pids of the live processes in process group
+// pgid, as /proc shows them (zombies, which have ended, are left out). A
+// process sent SIGKILL is still listed until it has died.
+func GroupMembers(pgid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp …; comm may hold spaces and ")".
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) >= 3 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" && f[0] != "X" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// WaitGroupGone waits up to d for process group pgid to have no live member
+// (SIGKILL takes effect a moment after kill returns) and returns the
+// members still alive then.
+func WaitGroupGone(pgid int, d time.Duration) []int {
+	end := time.Now().Add(d)
+	for {
+		left := GroupMembers(pgid)
+		if len(left) == 0 || time.Now().After(end) {
+			return left
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
