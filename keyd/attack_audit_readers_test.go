@@ -61,3 +61,14 @@ func TestAttackAuditReadersPerUser(t *testing.T) {
 		t.Fatalf("an AUDIT after the others ended: %v", err)
 	}
 }
+
+// inUse returns how many AUDIT requests are in progress.
+func (a *auditReaders) inUse() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	total := 0
+	for _, n := range a.n {
+		total += n
+	}
+	return total
+}

@@ -62,17 +62,6 @@ func (a *auditReaders) release(uid uint32) {
 	}
 }
 
-// inUse returns how many AUDIT requests are in progress.
-func (a *auditReaders) inUse() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	total := 0
-	for _, n := range a.n {
-		total += n
-	}
-	return total
-}
-
 // auditWait bounds how long an AUDIT with "wait" waits for a new record,
 // and auditPoll how often it looks.
 const (

@@ -21,6 +21,10 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
+// Open opens the audit log at path with the zero Options: no checkpoints,
+// no segments, no witnesses.
+func Open(path string) (*Log, error) { return Options{}.Open(path) }
+
 func auditTestOpen(t testing.TB, path string) *Log {
 	t.Helper()
 	l, err := Open(path)

@@ -250,11 +250,6 @@ type request struct {
 	lead     chan struct{} // (buffer 1) its appender is to try to commit the pending records
 }
 
-// Open opens the audit log at path with the zero Options: no checkpoints,
-// no segments, no witnesses. Tools and tests use it; the daemon uses
-// Options.Open.
-func Open(path string) (*Log, error) { return Options{}.Open(path) }
-
 // Open opens the audit log whose active segment is at path, creating it
 // with mode 0600 when neither it nor any closed segment exists, and returns
 // once the log has been checked and is ready for Append.
