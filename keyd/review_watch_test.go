@@ -10,7 +10,7 @@ import (
 )
 
 // TestAttackWatchOutlivesApproverRole: an admin reloads the configuration
-// to take the approver role from a user (TestReviewReloadRemovesApprover
+// to take the approver role from a user (TestReloadRemovesApproverFromOpenConnection
 // holds this for PENDING on a connection opened before). A WATCH that user
 // started before the reload must not go on streaming other agents'
 // waiting requests, rendered whole, and the log's checkpoints.

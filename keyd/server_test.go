@@ -847,9 +847,10 @@ func TestConsentRenderingNeutralizesServiceText(t *testing.T) {
 	}
 }
 
-// Regression tests for the findings of a security review.
+// Regression tests for the findings of a security review, each named after
+// what it checks.
 
-func TestReviewDataNeverShown(t *testing.T) {
+func TestConsentUnhashedDataNeverShown(t *testing.T) {
 	h := newHarness(t)
 	exp := time.Now().Unix() + 600
 	prop, hash := proposalFor(t, "p_1", 450000, exp)
@@ -871,7 +872,7 @@ func TestReviewDataNeverShown(t *testing.T) {
 	}
 }
 
-func TestReviewTitleNeutralized(t *testing.T) {
+func TestConsentTitleNeutralized(t *testing.T) {
 	h := newHarness(t)
 	exp := time.Now().Unix() + 600
 	p := map[string]any{"id": "p_t", "capability": "shop.order", "summary": "x", "effects": []any{},
@@ -891,7 +892,7 @@ func TestReviewTitleNeutralized(t *testing.T) {
 	}
 }
 
-func TestReviewZeroPendingMeansNone(t *testing.T) {
+func TestZeroPendingQueuesNone(t *testing.T) {
 	pol, err := policies.Parse([]byte(strings.Replace(testPolicy, "pending = 4", "pending = 0", 1)), "p.toml")
 	if err != nil {
 		t.Fatal(err)
@@ -904,7 +905,7 @@ func TestReviewZeroPendingMeansNone(t *testing.T) {
 	}
 }
 
-func TestReviewReloadRemovesApprover(t *testing.T) {
+func TestReloadRemovesApproverFromOpenConnection(t *testing.T) {
 	h := newHarness(t)
 	human := h.client()
 	if _, err := human.Pending(ctxT(t)); err != nil {
@@ -918,7 +919,7 @@ func TestReviewReloadRemovesApprover(t *testing.T) {
 	wantCode(t, err, protocol.CodeForbidden)
 }
 
-func TestReviewConnectionsPerUser(t *testing.T) {
+func TestConnectionsPerUserBounded(t *testing.T) {
 	h := newHarness(t, func(c *Config, o *Options) { c.MaxConnectionsPerUser = 3 })
 	for i := 0; i < 3; i++ {
 		if _, err := h.client().Hello(ctxT(t)); err != nil {
@@ -929,7 +930,7 @@ func TestReviewConnectionsPerUser(t *testing.T) {
 	wantCode(t, err, protocol.CodeLimit)
 }
 
-func TestReviewConsentWithoutPrincipal(t *testing.T) {
+func TestConsentWithoutPrincipalRefused(t *testing.T) {
 	h := newHarness(t)
 	exp := time.Now().Unix() + 600
 	prop, hash := proposalFor(t, "p_1", 100, exp)
@@ -939,7 +940,7 @@ func TestReviewConsentWithoutPrincipal(t *testing.T) {
 	wantCode(t, err, protocol.CodeConflict)
 }
 
-func TestReviewAuditRecordBounded(t *testing.T) {
+func TestAuditRecordOfHugeConsentBounded(t *testing.T) {
 	h := newHarness(t)
 	exp := time.Now().Unix() + 600
 	prop, hash := proposalFor(t, "p_1", 100, exp)

@@ -29,7 +29,7 @@ deny_above_risk = "medium"
 strong_above_cost = "20.00USD"
 strong_above_risk = "low"`, 1)
 
-// TestReviewCaseVariantProposal is issue 10 item 3 as filed: a 1000 USD,
+// TestCaseVariantProposalRefused is issue 10 item 3 as filed: a 1000 USD,
 // high-risk proposal with "Cost": null and "RISK": "low" added after the
 // real fields. Go's encoding/json matches names without regard to case and
 // lets the last one win, so the policy saw a free, low-risk proposal (it
@@ -37,7 +37,7 @@ strong_above_risk = "low"`, 1)
 // and the title said "free", while the hash and the detail lines covered
 // 1000.00 USD and high. The proposal must be refused as invalid_params
 // naming the field, and never reach the human.
-func TestReviewCaseVariantProposal(t *testing.T) {
+func TestCaseVariantProposalRefused(t *testing.T) {
 	pol, err := policies.Parse([]byte(consentLimits), "limits.toml")
 	if err != nil {
 		t.Fatal(err)
