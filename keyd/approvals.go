@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
@@ -120,7 +121,7 @@ func (s *Server) watch(r *request) (*protocol.Frame, error) {
 	// The audit log's signed checkpoints go to approvers too, who keep the
 	// latest out of the daemon's reach: a log cut, rolled back or rewritten
 	// later contradicts what they kept (docs/audit.md).
-	var checkpoints <-chan *audit.Checkpoint
+	var checkpoints <-chan *checkpoint.Checkpoint
 	if feed, ok := s.audit.(checkpointFeed); ok {
 		ch, stop := feed.Subscribe()
 		defer stop()

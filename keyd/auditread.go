@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
@@ -27,8 +28,8 @@ type auditFiles interface {
 // checkpointFeed is an audit sink that signs checkpoints: the daemon's
 // audit.Log.
 type checkpointFeed interface {
-	Subscribe() (<-chan *audit.Checkpoint, func())
-	LastCheckpoint() *audit.Checkpoint
+	Subscribe() (<-chan *checkpoint.Checkpoint, func())
+	LastCheckpoint() *checkpoint.Checkpoint
 }
 
 // maxAuditReads is how many AUDIT requests of one uid the daemon serves at

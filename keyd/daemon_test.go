@@ -72,8 +72,8 @@ func TestAuditWitnessFromConfig(t *testing.T) {
 		if err != nil {
 			t.Fatalf("witness line %q: %v", sc.Text(), err)
 		}
-		if cp.Key != audit.FormatKey(pub) {
-			t.Errorf("checkpoint signed by %s, want the principal %s", cp.Key, audit.FormatKey(pub))
+		if cp.Key != checkpoint.FormatKey(pub) {
+			t.Errorf("checkpoint signed by %s, want the principal %s", cp.Key, checkpoint.FormatKey(pub))
 		}
 		cps = append(cps, cp)
 	}
@@ -85,7 +85,7 @@ func TestAuditWitnessFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the log does not verify against its witness: %v", err)
 	}
-	if rep == nil || last.Reason != audit.ReasonStop {
+	if rep == nil || last.Reason != checkpoint.ReasonStop {
 		t.Errorf("last checkpoint %+v, report %+v; want one made at close", last, rep)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 
 	"github.com/spf13/cobra"
@@ -90,7 +91,7 @@ that was moved away, after the checkpoint its first record follows.`,
 					if inOthersFolder(f) != late {
 						continue
 					}
-					cps, err := audit.ReadCheckpoints(f)
+					cps, err := checkpoint.ReadFile(f)
 					if err != nil {
 						return &exitError{code: exitAudit, err: fmt.Errorf("checkpoints: %w", err),
 							hint: "a checkpoint file holds one JSON checkpoint a line, as a file witness keeps them"}
@@ -98,7 +99,7 @@ that was moved away, after the checkpoint its first record follows.`,
 					o.Checkpoints = append(o.Checkpoints, cps...)
 				}
 				if afterFile != "" && inOthersFolder(afterFile) == late {
-					cp, err := audit.LatestCheckpoint(afterFile)
+					cp, err := checkpoint.Latest(afterFile)
 					if err == nil && cp == nil {
 						err = errors.New("no checkpoint in the file")
 					}
@@ -136,13 +137,13 @@ that was moved away, after the checkpoint its first record follows.`,
 			if err != nil {
 				var ae *audit.Error
 				switch {
-				case errors.As(err, &ae) && errors.Is(err, audit.ErrCheckpoint):
+				case errors.As(err, &ae) && errors.Is(err, checkpoint.ErrCheckpoint):
 					return &exitError{code: exitAudit, err: err,
 						hint: "the log contradicts a signed checkpoint; keep a copy of every file for investigation"}
 				case errors.As(err, &ae):
 					return &exitError{code: exitAudit, err: err,
 						hint: "the log was altered at or just before that line; keep a copy of every file for investigation"}
-				case errors.Is(err, audit.ErrCheckpoint):
+				case errors.Is(err, checkpoint.ErrCheckpoint):
 					return &exitError{code: exitAudit, err: err,
 						hint: "the log contradicts a signed checkpoint; keep a copy of every file for investigation"}
 				}
@@ -306,13 +307,13 @@ func logInUse(path string) bool {
 func auditKey(arg, path, state string) (ed25519.PublicKey, error) {
 	if arg != "" {
 		if strings.HasPrefix(arg, "ed25519:") {
-			return audit.ParseKey(arg)
+			return checkpoint.ParseKey(arg)
 		}
 		b, err := os.ReadFile(arg)
 		if err != nil {
 			return nil, fmt.Errorf("--key: %w", err)
 		}
-		return audit.ParseKey(string(b))
+		return checkpoint.ParseKey(string(b))
 	}
 	for _, dir := range []string{filepath.Dir(path), state} {
 		pub, err := keystore.PublicKey(dir)

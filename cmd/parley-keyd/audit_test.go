@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -111,7 +112,7 @@ func cmdMklog(ts *testscript.TestScript, neg bool, args []string) {
 	dir := ts.MkAbs(args[0])
 	ts.Check(os.MkdirAll(dir, 0o700))
 	key := scriptKey(*keyName)
-	pub := audit.FormatKey(key.Public().(ed25519.PublicKey))
+	pub := checkpoint.FormatKey(key.Public().(ed25519.PublicKey))
 	ts.Check(os.WriteFile(filepath.Join(dir, "principal.pub"), []byte(pub+"\n"), 0o644))
 	clock := &scriptClock{base: time.Date(2030, 5, 6, 7, 0, 0, 0, time.UTC)}
 	o := audit.Options{Signer: key, Now: clock.Now, Rand: zeros{}, SegmentSize: *segment, CheckpointEvery: 1e6, CheckpointInterval: 24 * time.Hour}

@@ -17,6 +17,7 @@ import (
 	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -214,7 +215,7 @@ func restoreBreaks(state string, pub ed25519.PublicKey) []string {
 	prev, _ := rotatedKeys(state)
 	if _, err := audit.Verify(log, audit.VerifyOptions{Key: pub, Previous: prev}); err != nil {
 		by := "another key"
-		if cp, err := audit.LatestCheckpoint(log); err == nil && cp != nil && cp.Key != grant.FormatPublicKey(pub) {
+		if cp, err := checkpoint.Latest(log); err == nil && cp != nil && cp.Key != grant.FormatPublicKey(pub) {
 			by = cp.Key
 		}
 		out = append(out, fmt.Sprintf("audit.log's checkpoints are signed by %s, so they would no longer verify (audit verify and status fail) and the daemon would refuse to open the log", by))

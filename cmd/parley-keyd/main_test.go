@@ -13,6 +13,7 @@ import (
 	"github.com/parley-keyd/parley-keyd/internal/clitest"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -70,7 +71,7 @@ func cmdMkaudit(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	seed := sha256.Sum256([]byte("parley-keyd exit code script key"))
 	key := ed25519.NewKeyFromSeed(seed[:])
-	ts.Check(os.WriteFile(ts.MkAbs(args[0]+".pub"), []byte(audit.FormatKey(key.Public().(ed25519.PublicKey))+"\n"), 0o644))
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]+".pub"), []byte(checkpoint.FormatKey(key.Public().(ed25519.PublicKey))+"\n"), 0o644))
 	l, err := audit.Options{Signer: key}.Open(ts.MkAbs(args[0]))
 	ts.Check(err)
 	for i := range n {

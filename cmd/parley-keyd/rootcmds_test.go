@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 
@@ -94,7 +94,7 @@ func TestRootCommandsRefusePlanted(t *testing.T) {
 		}, func(state string) []string { return []string{filepath.Join(state, "backup.age")} }},
 		// A file witness's checkpoints, in a folder of the daemon's user.
 		{"audit-verify-checkpoint", "checkpoints", []string{"audit", "verify"}, 0, func(state string) {
-			cp, err := audit.LatestCheckpoint(filepath.Join(state, "audit.log"))
+			cp, err := checkpoint.Latest(filepath.Join(state, "audit.log"))
 			if err != nil || cp == nil {
 				t.Fatalf("the log's last checkpoint: %v", err)
 			}

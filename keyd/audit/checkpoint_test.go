@@ -17,9 +17,9 @@ import (
 	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 
-func testCheckpoint(t testing.TB) *Checkpoint {
+func testCheckpoint(t testing.TB) *checkpoint.Checkpoint {
 	t.Helper()
-	cp := &Checkpoint{Log: "AAAAAAAAAAAAAAAAAAAAAA", Seq: 41, Hash: lineHash([]byte("x")), Time: "2030-01-02T03:04:05.123Z", Reason: ReasonCount}
+	cp := &checkpoint.Checkpoint{Log: "AAAAAAAAAAAAAAAAAAAAAA", Seq: 41, Hash: lineHash([]byte("x")), Time: "2030-01-02T03:04:05.123Z", Reason: checkpoint.ReasonCount}
 	if err := signCheckpoint(cp, testKey("daemon")); err != nil {
 		t.Fatal(err)
 	}
@@ -43,27 +43,27 @@ func TestCheckpointNotAGrantSignature(t *testing.T) {
 	sig, _ := base64.RawURLEncoding.DecodeString(cp.Sig)
 	// A Parley block payload signed by the same key is not a checkpoint
 	// signature, and the checkpoint's signature is not one over a payload.
-	payload := []byte(`{"caveats":[{"exp":1900000000}],"iat":1800000000,"iss":"` + FormatKey(testPub("daemon")) + `","nonce":"n","sub":"` + FormatKey(testPub("daemon")) + `"}`)
+	payload := []byte(`{"caveats":[{"exp":1900000000}],"iat":1800000000,"iss":"` + checkpoint.FormatKey(testPub("daemon")) + `","nonce":"n","sub":"` + checkpoint.FormatKey(testPub("daemon")) + `"}`)
 	if ed25519.Verify(testPub("daemon"), payload, sig) {
 		t.Fatal("a checkpoint signature verifies over a grant payload")
 	}
 	grantSig := ed25519.Sign(testKey("daemon"), payload)
 	forged := *cp
 	forged.Sig = base64.RawURLEncoding.EncodeToString(grantSig)
-	if err := forged.Verify(testPub("daemon")); !errors.Is(err, ErrCheckpoint) {
+	if err := forged.Verify(testPub("daemon")); !errors.Is(err, checkpoint.ErrCheckpoint) {
 		t.Fatalf("a grant signature passes as a checkpoint's: %v", err)
 	}
 	// Fields that would smuggle lines into the message are refused.
-	for name, edit := range map[string]func(c *Checkpoint){
-		"newline-in-reason": func(c *Checkpoint) { c.Reason = "count\nseq 1" },
-		"newline-in-time":   func(c *Checkpoint) { c.Time = "2030-01-02T03:04:05Z\nx" },
-		"json-log":          func(c *Checkpoint) { c.Log = `{"a":1}` },
-		"hash-at-seq-0":     func(c *Checkpoint) { c.Seq = 0 },
-		"local-time":        func(c *Checkpoint) { c.Time = "2030-01-02T04:04:05+01:00" },
+	for name, edit := range map[string]func(c *checkpoint.Checkpoint){
+		"newline-in-reason": func(c *checkpoint.Checkpoint) { c.Reason = "count\nseq 1" },
+		"newline-in-time":   func(c *checkpoint.Checkpoint) { c.Time = "2030-01-02T03:04:05Z\nx" },
+		"json-log":          func(c *checkpoint.Checkpoint) { c.Log = `{"a":1}` },
+		"hash-at-seq-0":     func(c *checkpoint.Checkpoint) { c.Seq = 0 },
+		"local-time":        func(c *checkpoint.Checkpoint) { c.Time = "2030-01-02T04:04:05+01:00" },
 	} {
 		c := *cp
 		edit(&c)
-		if _, err := c.Message(); !errors.Is(err, ErrCheckpoint) {
+		if _, err := c.Message(); !errors.Is(err, checkpoint.ErrCheckpoint) {
 			t.Errorf("%s: Message() = %v, want ErrCheckpoint", name, err)
 		}
 	}
@@ -77,19 +77,19 @@ func TestCheckpointVerify(t *testing.T) {
 	if err := cp.Verify(nil); err != nil {
 		t.Fatal(err)
 	}
-	tests := map[string]func(c *Checkpoint){
-		"seq":    func(c *Checkpoint) { c.Seq++ },
-		"hash":   func(c *Checkpoint) { c.Hash = lineHash([]byte("y")) },
-		"log":    func(c *Checkpoint) { c.Log = "BAAAAAAAAAAAAAAAAAAAAA" },
-		"time":   func(c *Checkpoint) { c.Time = "2030-01-02T03:04:06.123Z" },
-		"reason": func(c *Checkpoint) { c.Reason = ReasonStop },
-		"key":    func(c *Checkpoint) { c.Key = FormatKey(testPub("other")) },
-		"sig":    func(c *Checkpoint) { c.Sig = c.Sig[:10] },
+	tests := map[string]func(c *checkpoint.Checkpoint){
+		"seq":    func(c *checkpoint.Checkpoint) { c.Seq++ },
+		"hash":   func(c *checkpoint.Checkpoint) { c.Hash = lineHash([]byte("y")) },
+		"log":    func(c *checkpoint.Checkpoint) { c.Log = "BAAAAAAAAAAAAAAAAAAAAA" },
+		"time":   func(c *checkpoint.Checkpoint) { c.Time = "2030-01-02T03:04:06.123Z" },
+		"reason": func(c *checkpoint.Checkpoint) { c.Reason = checkpoint.ReasonStop },
+		"key":    func(c *checkpoint.Checkpoint) { c.Key = checkpoint.FormatKey(testPub("other")) },
+		"sig":    func(c *checkpoint.Checkpoint) { c.Sig = c.Sig[:10] },
 	}
 	for name, edit := range tests {
 		c := *cp
 		edit(&c)
-		if err := c.Verify(nil); !errors.Is(err, ErrCheckpoint) {
+		if err := c.Verify(nil); !errors.Is(err, checkpoint.ErrCheckpoint) {
 			t.Errorf("edited %s: Verify = %v", name, err)
 		}
 	}
@@ -139,7 +139,7 @@ func TestParseCheckpoint(t *testing.T) {
 		"too-long":       strings.Repeat(" ", 5000) + string(line),
 		"unknown-reason": strings.Replace(string(line), `"reason":"count"`, `"reason":"because"`, 1),
 	} {
-		if _, err := checkpoint.Parse([]byte(in)); !errors.Is(err, ErrCheckpoint) {
+		if _, err := checkpoint.Parse([]byte(in)); !errors.Is(err, checkpoint.ErrCheckpoint) {
 			t.Errorf("%s: ParseCheckpoint = %v", name, err)
 		}
 	}

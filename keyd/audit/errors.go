@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 
 // ErrClosed is returned by Append after Close.
@@ -133,7 +135,7 @@ func (e *Error) Error() string {
 // Is makes errors.Is(err, ErrCheckpoint) true for an Error about a
 // checkpoint kept elsewhere that the log contradicts, as before reasons.
 func (e *Error) Is(target error) bool {
-	if target != ErrCheckpoint {
+	if target != checkpoint.ErrCheckpoint {
 		return false
 	}
 	switch e.Reason {

@@ -59,7 +59,7 @@ func TestJournalEntriesHelper(t *testing.T) {
 	if len(entries) != len(lines) {
 		t.Fatalf("%d records in the log, %d in the journal", len(lines), len(entries))
 	}
-	var cps []*Checkpoint
+	var cps []*checkpoint.Checkpoint
 	for i, e := range entries {
 		line := strings.TrimSuffix(lines[i], "\n")
 		if e["PARLEY_AUDIT_SEQ"] != fmt.Sprint(i+1) || e["PARLEY_AUDIT_RECORD"] != line || e["PARLEY_AUDIT_HASH"] != lineHash([]byte(line)) {
@@ -97,7 +97,7 @@ func TestJournalEntriesHelper(t *testing.T) {
 	}
 	file := filepath.Join(t.TempDir(), "checkpoints")
 	os.WriteFile(file, out, 0o600)
-	fromJournal, err := ReadCheckpoints(file)
+	fromJournal, err := checkpoint.ReadFile(file)
 	if err != nil || len(fromJournal) != len(cps) {
 		t.Fatalf("journalctl -o cat --output-fields=PARLEY_CHECKPOINT gave %d checkpoints (%v):\n%s", len(fromJournal), err, out)
 	}

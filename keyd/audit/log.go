@@ -20,6 +20,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"github.com/parley-keyd/parley-keyd/internal/journal"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 
 	"golang.org/x/sys/unix"
 )
@@ -204,11 +205,11 @@ type Log struct {
 	segTime   time.Time // time of the active segment's first record
 	sinceCP   int       // records since the last checkpoint record
 	lastCPAt  time.Time
-	cpRetry   time.Time   // no checkpoint attempt before (after a failed one)
-	segRetry  time.Time   // no new segment attempt before
-	growRetry time.Time   // no attempt to grow the reserve ahead before (after a failed one)
-	retainAt  time.Time   // retention runs at this time or later, if set
-	created   *Checkpoint // the first checkpoint of a log Open created
+	cpRetry   time.Time              // no checkpoint attempt before (after a failed one)
+	segRetry  time.Time              // no new segment attempt before
+	growRetry time.Time              // no attempt to grow the reserve ahead before (after a failed one)
+	retainAt  time.Time              // retention runs at this time or later, if set
+	created   *checkpoint.Checkpoint // the first checkpoint of a log Open created
 	buf       bytes.Buffer
 	closeErr  error
 
@@ -228,7 +229,7 @@ type Log struct {
 
 	headMu   sync.Mutex
 	headCopy Head
-	cpCopy   *Checkpoint
+	cpCopy   *checkpoint.Checkpoint
 
 	folds folds
 	wit   witnessState
@@ -416,7 +417,7 @@ func (l *Log) openActive() (f *os.File, created bool, err error) {
 // there already holding its first checkpoint, so an empty file is never a
 // log the daemon wrote.
 func (l *Log) create() (*os.File, error) {
-	cp, err := l.makeCheckpoint(ReasonCreate, 0, "")
+	cp, err := l.makeCheckpoint(checkpoint.ReasonCreate, 0, "")
 	if err != nil {
 		return nil, err
 	}
@@ -568,7 +569,7 @@ func syncDir(dir string) error {
 type openState struct {
 	tornOff  int64
 	torn     tornTail
-	lastCP   *Checkpoint
+	lastCP   *checkpoint.Checkpoint
 	sinceCP  uint64 // records after the last checkpoint
 	stopped  bool   // the log ended with a stop checkpoint
 	migrate  bool   // a log without checkpoints, to continue in a new segment
@@ -908,7 +909,7 @@ func (l *Log) openCheckpoint(st *openState, then ...Record) error {
 	}
 	if l.pub != nil && !st.created {
 		// One write and fsync for the checkpoint and what it found.
-		if err := l.writeCheckpoint(ReasonOpen, recs...); err != nil {
+		if err := l.writeCheckpoint(checkpoint.ReasonOpen, recs...); err != nil {
 			return err
 		}
 	} else if len(recs) > 0 {
@@ -1119,7 +1120,7 @@ func (l *Log) Head() Head {
 }
 
 // LastCheckpoint returns the last checkpoint the log wrote or found, or nil.
-func (l *Log) LastCheckpoint() *Checkpoint {
+func (l *Log) LastCheckpoint() *checkpoint.Checkpoint {
 	l.headMu.Lock()
 	defer l.headMu.Unlock()
 	return l.cpCopy
@@ -1127,11 +1128,11 @@ func (l *Log) LastCheckpoint() *Checkpoint {
 
 // Checkpoint makes a checkpoint of the current head now, writes it and
 // hands it to the witnesses, and returns it.
-func (l *Log) Checkpoint() (*Checkpoint, error) {
+func (l *Log) Checkpoint() (*checkpoint.Checkpoint, error) {
 	if l.pub == nil {
 		return nil, errors.New("audit log has no checkpoint signer")
 	}
-	var cp *Checkpoint
+	var cp *checkpoint.Checkpoint
 	err := l.do(func() error {
 		if !l.started.Load() {
 			return l.waitingError()
@@ -1139,7 +1140,7 @@ func (l *Log) Checkpoint() (*Checkpoint, error) {
 		if err := l.ready(); err != nil {
 			return err
 		}
-		if err := l.writeCheckpoint(ReasonRequest); err != nil {
+		if err := l.writeCheckpoint(checkpoint.ReasonRequest); err != nil {
 			return err
 		}
 		cp = l.cpCopy
@@ -1180,7 +1181,7 @@ func (l *Log) Close() error {
 	<-l.done
 	<-l.scrub.done
 	err := l.closeErr
-	var final *Checkpoint
+	var final *checkpoint.Checkpoint
 	if l.started.Load() {
 		final = l.LastCheckpoint()
 	}
@@ -1282,7 +1283,7 @@ func (l *Log) finish() {
 			l.closeErr = err
 			return
 		}
-		if err := l.writeCheckpoint(ReasonStop); err != nil {
+		if err := l.writeCheckpoint(checkpoint.ReasonStop); err != nil {
 			l.closeErr = err
 			var se *signError
 			if errors.As(err, &se) {
@@ -1466,8 +1467,8 @@ func (l *Log) commitInternal(recs ...Record) error {
 }
 
 // makeCheckpoint signs a checkpoint of the record seq with hash.
-func (l *Log) makeCheckpoint(reason string, seq uint64, hash string) (*Checkpoint, error) {
-	cp := &Checkpoint{Log: l.logID, Seq: seq, Hash: hash, Time: l.now().UTC().Format(time.RFC3339Nano), Reason: reason}
+func (l *Log) makeCheckpoint(reason string, seq uint64, hash string) (*checkpoint.Checkpoint, error) {
+	cp := &checkpoint.Checkpoint{Log: l.logID, Seq: seq, Hash: hash, Time: l.now().UTC().Format(time.RFC3339Nano), Reason: reason}
 	if err := signCheckpoint(cp, l.o.Signer); err != nil {
 		return nil, &signError{err}
 	}
@@ -1490,7 +1491,7 @@ func (l *Log) writeCheckpoint(reason string, then ...Record) error {
 }
 
 // checkpointed publishes a checkpoint that is durable in the log.
-func (l *Log) checkpointed(cp *Checkpoint) {
+func (l *Log) checkpointed(cp *checkpoint.Checkpoint) {
 	l.sinceCP = 0
 	l.lastCPAt = l.now()
 	l.headMu.Lock()
@@ -1522,9 +1523,9 @@ func (l *Log) maintain(tick bool) {
 	reason := ""
 	switch {
 	case l.sinceCP >= l.o.CheckpointEvery:
-		reason = ReasonCount
+		reason = checkpoint.ReasonCount
 	case tick && l.sinceCP > 0 && now.Sub(l.lastCPAt) >= l.o.CheckpointInterval:
-		reason = ReasonInterval
+		reason = checkpoint.ReasonInterval
 	}
 	due := l.off >= l.o.SegmentSize || l.o.SegmentAge > 0 && l.seq > l.segFirst && now.Sub(l.segTime) >= l.o.SegmentAge
 	if due && !now.Before(l.segRetry) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 
 // The kinds of audit record. Log.Append refuses any other kind, so that a
@@ -94,7 +96,7 @@ type Record struct {
 	// Folded is set on a record that stands for repeats (AppendFolded).
 	Folded *Folded `json:"folded,omitempty"`
 	// Checkpoint is set on records of kind "checkpoint".
-	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	Checkpoint *checkpoint.Checkpoint `json:"checkpoint,omitempty"`
 	// Damage is set on records of kind "acknowledged": the damage the
 	// admin acknowledged.
 	Damage *Damage `json:"damage,omitempty"`

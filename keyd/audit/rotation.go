@@ -1,6 +1,10 @@
 package audit
 
-import "crypto/ed25519"
+import (
+	"crypto/ed25519"
+
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
+)
 
 // Principal keys rotated out (parley-keyd key rotate, docs/key-rotation.md).
 //
@@ -17,7 +21,7 @@ import "crypto/ed25519"
 // pinned or learnt key when no previous keys are given, else the previous
 // keys from the last one used on, then the current key. The error is the
 // current key's.
-func (v *verifier) verifyCheckpoint(cp *Checkpoint) error {
+func (v *verifier) verifyCheckpoint(cp *checkpoint.Checkpoint) error {
 	if len(v.previous) == 0 {
 		return cp.Verify(v.key)
 	}
@@ -36,7 +40,7 @@ func (v *verifier) verifyCheckpoint(cp *Checkpoint) error {
 
 // verifyAnyKey checks a checkpoint kept elsewhere under key or any of the
 // previous keys: a witness may hold one made before the rotation.
-func verifyAnyKey(cp *Checkpoint, key ed25519.PublicKey, previous []ed25519.PublicKey) error {
+func verifyAnyKey(cp *checkpoint.Checkpoint, key ed25519.PublicKey, previous []ed25519.PublicKey) error {
 	err := cp.Verify(key)
 	if err == nil {
 		return nil

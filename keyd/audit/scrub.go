@@ -19,6 +19,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/internal/durable"
 	"github.com/parley-keyd/parley-keyd/internal/journal"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 
 // The scrub. Open reads only the active segment from its last checkpoint
@@ -455,7 +456,7 @@ func (l *Log) acknowledge(d *Damage, reason, by string) (uint64, error) {
 			return err
 		}
 		seq = l.seq
-		return l.writeCheckpoint(ReasonRequest)
+		return l.writeCheckpoint(checkpoint.ReasonRequest)
 	})
 	if err != nil {
 		return 0, err

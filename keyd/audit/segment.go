@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/parley-keyd/parley-keyd/internal/journal"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 
 	"golang.org/x/sys/unix"
 )
@@ -98,7 +99,7 @@ func (l *Log) rotate() error {
 		return err
 	}
 	closed := SegmentName(l.path, l.segFirst)
-	if err := l.startSegment(ReasonRotate, func(old *os.File) error { return linkFD(old, closed) }); err != nil {
+	if err := l.startSegment(checkpoint.ReasonRotate, func(old *os.File) error { return linkFD(old, closed) }); err != nil {
 		return err
 	}
 	l.retainAt = l.now()
@@ -271,7 +272,7 @@ func (l *Log) reopen() error {
 		}
 		return nil
 	}
-	if err := l.startSegment(ReasonReopen, keep); err != nil {
+	if err := l.startSegment(checkpoint.ReasonReopen, keep); err != nil {
 		return err
 	}
 	return l.commitInternal(Record{Kind: KindRecovered, Message: note})

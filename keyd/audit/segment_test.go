@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 
 func appendMany(t testing.TB, l *Log, n, par int) {
@@ -91,7 +93,7 @@ func testRotation(t *testing.T, pre int64) {
 		// Its first record is the checkpoint of the one before.
 		var first Record
 		json.Unmarshal([]byte(fileLines(t, s.Path)[0]), &first)
-		if first.Checkpoint == nil || first.Checkpoint.Reason != ReasonRotate {
+		if first.Checkpoint == nil || first.Checkpoint.Reason != checkpoint.ReasonRotate {
 			t.Fatalf("segment %s begins with %+v", s.Path, first)
 		}
 		if _, err := Verify(s.Path, VerifyOptions{Key: pub, Segment: true, After: first.Checkpoint}); err != nil {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 
 // tamperFixture writes a log as the daemon does in two runs, each ending
@@ -206,8 +208,8 @@ func TestTamperDetected(t *testing.T) {
 	}
 	// A witness that falls behind is handed the latest checkpoint, not
 	// every one; the stop checkpoint always reaches it.
-	witnessed, err := ReadCheckpoints(fx.witness)
-	if err != nil || len(witnessed) < 1 || witnessed[len(witnessed)-1].Reason != ReasonStop {
+	witnessed, err := checkpoint.ReadFile(fx.witness)
+	if err != nil || len(witnessed) < 1 || witnessed[len(witnessed)-1].Reason != checkpoint.ReasonStop {
 		t.Fatalf("witness holds %d checkpoints, %v", len(witnessed), err)
 	}
 	latest := witnessed[len(witnessed)-1:]

@@ -14,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 
 // verifier checks records one line at a time, across the segments of a log.
@@ -33,7 +35,7 @@ type verifier struct {
 	previous    []ed25519.PublicKey // keys rotated out, oldest first (rotation.go)
 	keyAt       int                 // index in previous of the last key used; len(previous): key
 	logID       string
-	lastCP      *Checkpoint
+	lastCP      *checkpoint.Checkpoint
 	cpCount     int
 	sinceCP     uint64 // records accepted after the last checkpoint record
 	afterStop   uint64 // seq of the stop checkpoint the last record is, or 0
@@ -134,7 +136,7 @@ func (v *verifier) full(line []byte) error {
 		}
 		return v.errorf(ReasonChain, "prev does not match the hash of %s %d (that record was edited, or records were removed or inserted here)", what, ref)
 	}
-	if v.checkpoints && v.afterStop != 0 && !(isCP && rec.Checkpoint != nil && rec.Checkpoint.Reason == ReasonOpen) {
+	if v.checkpoints && v.afterStop != 0 && !(isCP && rec.Checkpoint != nil && rec.Checkpoint.Reason == checkpoint.ReasonOpen) {
 		return v.errorf(ReasonAfterStop, "a record of kind %q follows the stop checkpoint at seq %d; the daemon writes nothing there but the checkpoint of its next start, so it was added by someone else", clean(rec.Kind, 20), v.afterStop)
 	}
 	if isCP {
@@ -147,7 +149,7 @@ func (v *verifier) full(line []byte) error {
 	v.accept(line)
 	if isCP {
 		v.sinceCP = 0
-		if rec.Checkpoint.Reason == ReasonStop {
+		if rec.Checkpoint.Reason == checkpoint.ReasonStop {
 			v.afterStop = rec.Seq
 		} else {
 			v.afterStop = 0
@@ -172,7 +174,7 @@ func (v *verifier) checkpoint(line []byte, rec *Record) error {
 		return v.errorf(signatureReason(cp, v.key, v.previous), "%v", err)
 	}
 	if v.key == nil {
-		v.key, _ = ParseKey(cp.Key)
+		v.key, _ = checkpoint.ParseKey(cp.Key)
 	}
 	if cp.Seq+1 != rec.Seq || cp.Hash != rec.Prev {
 		return v.errorf(ReasonCheckpoint, "the checkpoint covers seq %d, not the record before it", cp.Seq)
@@ -185,7 +187,7 @@ func (v *verifier) checkpoint(line []byte, rec *Record) error {
 	} else if cp.Log != v.logID {
 		return v.errorf(ReasonForeignLog, "checkpoint of log %s in log %s (records of another log were spliced in)", cp.Log, v.logID)
 	}
-	if cp.Seq == 0 && cp.Reason != ReasonCreate || cp.Seq > 0 && cp.Reason == ReasonCreate {
+	if cp.Seq == 0 && cp.Reason != checkpoint.ReasonCreate || cp.Seq > 0 && cp.Reason == checkpoint.ReasonCreate {
 		return v.errorf(ReasonCheckpoint, "a checkpoint of reason %q at seq %d", cp.Reason, cp.Seq)
 	}
 	want := checkpointLine(rec.Seq, cp)
@@ -199,7 +201,7 @@ func (v *verifier) checkpoint(line []byte, rec *Record) error {
 
 // checkpointLine is the line of the checkpoint record with seq seq that
 // holds cp.
-func checkpointLine(seq uint64, cp *Checkpoint) []byte {
+func checkpointLine(seq uint64, cp *checkpoint.Checkpoint) []byte {
 	rec := Record{Seq: seq, Prev: cp.Hash, Time: cp.Time, Kind: KindCheckpoint, Checkpoint: cp}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
@@ -349,13 +351,13 @@ type VerifyOptions struct {
 	// approver). Each must be of this log and match it: a record at its
 	// seq with its hash. One with a seq beyond the log's last record means
 	// the log was cut or rolled back.
-	Checkpoints []*Checkpoint
+	Checkpoints []*checkpoint.Checkpoint
 	// Segment verifies the file at path alone, not the segments around
 	// it. Its first record must be the log's first (seq 1) or a checkpoint
 	// record; After, if set, must be the checkpoint that first record
 	// follows.
 	Segment bool
-	After   *Checkpoint
+	After   *checkpoint.Checkpoint
 }
 
 // Report is what Verify found in a log that verifies.
@@ -366,7 +368,7 @@ type Report struct {
 	Records uint64 // records read
 	// Checkpoints counts checkpoint records; LastCheckpoint is the last.
 	Checkpoints    int
-	LastCheckpoint *Checkpoint
+	LastCheckpoint *checkpoint.Checkpoint
 	// Unsigned counts the records after the last checkpoint: the daemon
 	// is running and has not made its next checkpoint yet, or it stopped
 	// without its stop checkpoint (killed, or a full disk at stop; its next
@@ -382,7 +384,7 @@ type Report struct {
 	// Matched are the checkpoints of VerifyOptions that matched a record;
 	// Older are those of seq before the first record read (in a segment
 	// that was removed, or not read), which could not be checked.
-	Matched, Older []*Checkpoint
+	Matched, Older []*checkpoint.Checkpoint
 	// NULTail is the number of NUL bytes after the last record (space
 	// preallocated, or a crash before data reached the disk), ignored.
 	NULTail int64
@@ -481,7 +483,7 @@ func verifyLog(ctx context.Context, path string, o VerifyOptions, rate int64) (*
 		}
 	}
 	rep := &Report{Files: files}
-	want := map[uint64][]*Checkpoint{}
+	want := map[uint64][]*checkpoint.Checkpoint{}
 	for _, cp := range o.Checkpoints {
 		if err := verifyAnyKey(cp, o.Key, o.Previous); err != nil {
 			return nil, &Error{Seq: cp.Seq, Reason: witnessSigReason(cp, o.Key, o.Previous), Detail: fmt.Sprintf("the checkpoint of record %d kept elsewhere does not verify: %v", cp.Seq, err)}
@@ -551,7 +553,7 @@ func verifyLog(ctx context.Context, path string, o VerifyOptions, rate int64) (*
 		if err == nil && v.line == 0 {
 			err = &Error{File: filepath.Base(name), Reason: ReasonEmpty, Detail: "empty: every segment the daemon writes begins with a checkpoint record (the file was emptied or truncated)"}
 		}
-		if err == nil && i == 0 && !o.Segment && v.startReason != "" && v.startReason != ReasonRotate {
+		if err == nil && i == 0 && !o.Segment && v.startReason != "" && v.startReason != checkpoint.ReasonRotate {
 			// Retention removes whole segments, and the oldest left
 			// begins with the checkpoint of a rotation. Any other start
 			// means records went missing with no segment to show.
@@ -583,7 +585,7 @@ func verifyLog(ctx context.Context, path string, o VerifyOptions, rate int64) (*
 	rep.Stopped = v.afterStop != 0
 	rep.KeyPinned = o.Key != nil
 	if v.key != nil {
-		rep.Key = FormatKey(v.key)
+		rep.Key = checkpoint.FormatKey(v.key)
 	}
 	if v.lastCP == nil {
 		return rep, &Error{File: filepath.Base(path), Reason: ReasonNoCheckpoint, Detail: "no checkpoint in the log: nothing signed vouches for it (a log written before checkpoints, or rewritten without them)"}
@@ -615,8 +617,8 @@ func sameFile(a, b *os.File) bool {
 
 // signatureReason says why cp did not verify under key (or, with previous
 // keys, under any of them): it names another key, or its signature fails.
-func signatureReason(cp *Checkpoint, key ed25519.PublicKey, previous []ed25519.PublicKey) Reason {
-	named, err := ParseKey(cp.Key)
+func signatureReason(cp *checkpoint.Checkpoint, key ed25519.PublicKey, previous []ed25519.PublicKey) Reason {
+	named, err := checkpoint.ParseKey(cp.Key)
 	if err != nil || key == nil || key.Equal(named) {
 		return ReasonCheckpointSignature
 	}
@@ -630,7 +632,7 @@ func signatureReason(cp *Checkpoint, key ed25519.PublicKey, previous []ed25519.P
 
 // witnessSigReason is signatureReason for a checkpoint kept elsewhere: one
 // under another key is a foreign key, any other failure the witness's.
-func witnessSigReason(cp *Checkpoint, key ed25519.PublicKey, previous []ed25519.PublicKey) Reason {
+func witnessSigReason(cp *checkpoint.Checkpoint, key ed25519.PublicKey, previous []ed25519.PublicKey) Reason {
 	if r := signatureReason(cp, key, previous); r == ReasonForeignKey {
 		return r
 	}

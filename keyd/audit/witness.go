@@ -15,6 +15,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/internal/journal"
 	"github.com/parley-keyd/parley-keyd/internal/procgroup"
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +26,7 @@ import (
 type Witness interface {
 	// Witness keeps cp. It returns once cp is kept (durably, where that
 	// applies), or ctx is done.
-	Witness(ctx context.Context, cp *Checkpoint) error
+	Witness(ctx context.Context, cp *checkpoint.Checkpoint) error
 	// String names the witness in messages.
 	String() string
 }
@@ -36,7 +37,7 @@ type Witness interface {
 type WitnessReader interface {
 	Witness
 	// Latest returns the latest checkpoint kept, or nil when there is none.
-	Latest(ctx context.Context) (*Checkpoint, error)
+	Latest(ctx context.Context) (*checkpoint.Checkpoint, error)
 }
 
 var (
@@ -54,7 +55,7 @@ type FileWitness struct{ Path string }
 func (w FileWitness) String() string { return "file " + w.Path }
 
 // Witness appends cp to the file.
-func (w FileWitness) Witness(ctx context.Context, cp *Checkpoint) error {
+func (w FileWitness) Witness(ctx context.Context, cp *checkpoint.Checkpoint) error {
 	f, err := os.OpenFile(w.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("witness %s: %w", w.Path, err)
@@ -73,8 +74,8 @@ func (w FileWitness) Witness(ctx context.Context, cp *Checkpoint) error {
 }
 
 // Latest reads the file's last line.
-func (w FileWitness) Latest(ctx context.Context) (*Checkpoint, error) {
-	return LatestCheckpoint(w.Path)
+func (w FileWitness) Latest(ctx context.Context) (*checkpoint.Checkpoint, error) {
+	return checkpoint.Latest(w.Path)
 }
 
 // CommandWitness runs a program for every checkpoint, with the checkpoint
@@ -98,7 +99,7 @@ type CommandWitness struct {
 func (w CommandWitness) String() string { return "command " + strings.Join(w.Argv, " ") }
 
 // Witness runs the command.
-func (w CommandWitness) Witness(ctx context.Context, cp *Checkpoint) error {
+func (w CommandWitness) Witness(ctx context.Context, cp *checkpoint.Checkpoint) error {
 	if len(w.Argv) == 0 {
 		return errors.New("witness command is empty")
 	}
@@ -139,7 +140,7 @@ type witnessState struct {
 	journal bool // the journal (outside the daemon's reach) gets every checkpoint
 
 	mu      sync.Mutex
-	pending *Checkpoint
+	pending *checkpoint.Checkpoint
 	have    []uint64 // per witness, the seq of the latest checkpoint it kept
 	haveAny []bool
 	wake    chan struct{}
@@ -179,7 +180,7 @@ func (w *witnessState) init(l *Log) {
 
 // offer hands cp to the delivery goroutine; a later offer replaces an
 // earlier one not yet delivered (the later checkpoint covers it).
-func (w *witnessState) offer(cp *Checkpoint) {
+func (w *witnessState) offer(cp *checkpoint.Checkpoint) {
 	if len(w.ws) == 0 {
 		return
 	}
@@ -212,7 +213,7 @@ func (w *witnessState) loop() {
 
 // deliver gives cp to every witness that lacks it, each within the witness
 // timeout or until parent ends, and returns the first error.
-func (w *witnessState) deliver(parent context.Context, cp *Checkpoint) error {
+func (w *witnessState) deliver(parent context.Context, cp *checkpoint.Checkpoint) error {
 	var first error
 	for i, wt := range w.ws {
 		w.mu.Lock()
@@ -240,7 +241,7 @@ func (w *witnessState) deliver(parent context.Context, cp *Checkpoint) error {
 
 // stop ends the delivery goroutine and delivers final, the stop checkpoint,
 // before it returns.
-func (w *witnessState) stop(final *Checkpoint) error {
+func (w *witnessState) stop(final *checkpoint.Checkpoint) error {
 	if len(w.ws) == 0 {
 		return nil
 	}
@@ -364,7 +365,7 @@ func (l *Log) withWitnesses(err error) error {
 
 // witnessLatest reads back the latest checkpoint wt holds, within the
 // witness timeout; ok is false for a witness that cannot read back.
-func (l *Log) witnessLatest(wt Witness) (cp *Checkpoint, ok bool, err error) {
+func (l *Log) witnessLatest(wt Witness) (cp *checkpoint.Checkpoint, ok bool, err error) {
 	r, ok := wt.(WitnessReader)
 	if !ok {
 		return nil, false, nil
@@ -386,11 +387,11 @@ func sameFilesystem(path, dir string) bool {
 // subscribers get every checkpoint the log writes (Subscribe).
 type subscribers struct {
 	mu     sync.Mutex
-	m      map[chan *Checkpoint]struct{}
+	m      map[chan *checkpoint.Checkpoint]struct{}
 	closed bool
 }
 
-func (s *subscribers) init() { s.m = map[chan *Checkpoint]struct{}{} }
+func (s *subscribers) init() { s.m = map[chan *checkpoint.Checkpoint]struct{}{} }
 
 // Subscribe returns a channel that receives every checkpoint the log
 // writes from now on (a receiver that falls behind gets the latest, which
@@ -398,8 +399,8 @@ func (s *subscribers) init() { s.m = map[chan *Checkpoint]struct{}{} }
 // The channel is closed when the log closes, after the stop checkpoint.
 // The daemon uses it to carry checkpoints to approvers, who keep the latest
 // (see Consistent).
-func (l *Log) Subscribe() (<-chan *Checkpoint, func()) {
-	ch := make(chan *Checkpoint, 1)
+func (l *Log) Subscribe() (<-chan *checkpoint.Checkpoint, func()) {
+	ch := make(chan *checkpoint.Checkpoint, 1)
 	s := &l.subs
 	s.mu.Lock()
 	if s.closed {
@@ -418,7 +419,7 @@ func (l *Log) Subscribe() (<-chan *Checkpoint, func()) {
 	}
 }
 
-func (s *subscribers) publish(cp *Checkpoint) {
+func (s *subscribers) publish(cp *checkpoint.Checkpoint) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for ch := range s.m {

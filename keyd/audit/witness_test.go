@@ -42,12 +42,12 @@ func TestCommandWitness(t *testing.T) {
 	waitFor(t, "the failed delivery", func() bool { return !l.wit.haveAny[0] || l.wit.out(l) == cp1.Seq })
 	os.Remove(fail)
 	mustClose(t, l)
-	kept, err := ReadCheckpoints(got)
+	kept, err := checkpoint.ReadFile(got)
 	if err != nil {
 		t.Fatal(err)
 	}
 	last := kept[len(kept)-1]
-	if last.Reason != ReasonStop || last.Seq <= cp2.Seq || kept[0].Reason != ReasonCreate || kept[1].Seq != cp1.Seq {
+	if last.Reason != checkpoint.ReasonStop || last.Seq <= cp2.Seq || kept[0].Reason != checkpoint.ReasonCreate || kept[1].Seq != cp1.Seq {
 		for _, cp := range kept {
 			t.Logf("kept %s", cp.Marshal())
 		}
@@ -71,7 +71,7 @@ func TestSubscribe(t *testing.T) {
 	l := openWith(t, signedOptions(newTestClock()), path)
 	ch, cancel := l.Subscribe()
 	defer cancel()
-	var last *Checkpoint
+	var last *checkpoint.Checkpoint
 	for range 3 {
 		auditTestAppend(t, l, Record{Kind: KindIssue})
 		cp, err := l.Checkpoint()
@@ -85,7 +85,7 @@ func TestSubscribe(t *testing.T) {
 	}
 	mustClose(t, l)
 	stop := <-ch
-	if stop == nil || stop.Reason != ReasonStop {
+	if stop == nil || stop.Reason != checkpoint.ReasonStop {
 		t.Errorf("after Close: %+v", stop)
 	}
 	if _, ok := <-ch; ok {
@@ -110,7 +110,7 @@ func TestFileWitnessLatest(t *testing.T) {
 	if cp, err := w.Latest(t.Context()); err != nil || *cp != *b {
 		t.Errorf("Latest = %+v, %v", cp, err)
 	}
-	if cp, err := LatestCheckpoint(w.Path + ".2"); err != nil || *cp != *a {
+	if cp, err := checkpoint.Latest(w.Path + ".2"); err != nil || *cp != *a {
 		t.Errorf("Latest with blank lines = %+v, %v", cp, err)
 	}
 	os.WriteFile(w.Path, []byte("garbage\n"), 0o600)
@@ -122,7 +122,7 @@ func TestFileWitnessLatest(t *testing.T) {
 // TestKeeper: an approver keeping the latest checkpoint notices a daemon
 // that shows it a rolled-back or rewritten log, and keeps what it had.
 func TestKeeper(t *testing.T) {
-	k := Keeper{Path: filepath.Join(t.TempDir(), "latest")}
+	k := checkpoint.Keeper{Path: filepath.Join(t.TempDir(), "latest")}
 	pub := testPub("daemon")
 	a := testCheckpoint(t)
 	if err := k.Keep(a, pub); err != nil {
@@ -134,22 +134,22 @@ func TestKeeper(t *testing.T) {
 	if err := k.Keep(&b, pub); err != nil {
 		t.Fatal(err)
 	}
-	for name, cp := range map[string]*Checkpoint{"older": a, "forged": func() *Checkpoint {
+	for name, cp := range map[string]*checkpoint.Checkpoint{"older": a, "forged": func() *checkpoint.Checkpoint {
 		c := b
 		c.Seq++
 		return &c
-	}(), "rewritten": func() *Checkpoint {
+	}(), "rewritten": func() *checkpoint.Checkpoint {
 		c := b
 		c.Hash = lineHash([]byte("other"))
 		signCheckpoint(&c, testKey("daemon"))
 		return &c
-	}(), "other-key": func() *Checkpoint {
+	}(), "other-key": func() *checkpoint.Checkpoint {
 		c := b
 		c.Seq++
 		signCheckpoint(&c, testKey("attacker"))
 		return &c
 	}()} {
-		if err := k.Keep(cp, pub); !errors.Is(err, ErrCheckpoint) {
+		if err := k.Keep(cp, pub); !errors.Is(err, checkpoint.ErrCheckpoint) {
 			t.Errorf("%s: Keep = %v", name, err)
 		}
 	}

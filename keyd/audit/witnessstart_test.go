@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 
 // forge rewrites lines from index from on as an attacker who holds the
@@ -60,7 +62,7 @@ func forge(t testing.TB, lines []string, from int, key ed25519.PrivateKey) []str
 func TestWitnessCheckedAtStart(t *testing.T) {
 	fx := newTamperFixture(t)
 	orig := fileLines(t, filepath.Join(fx.dir, "audit.log"))
-	witnessed, err := ReadCheckpoints(fx.witness)
+	witnessed, err := checkpoint.ReadFile(fx.witness)
 	if err != nil || len(witnessed) < 3 {
 		t.Fatalf("witness: %d checkpoints, %v", len(witnessed), err)
 	}
@@ -82,7 +84,7 @@ func TestWitnessCheckedAtStart(t *testing.T) {
 		witness string
 		tamper  func(t *testing.T, path string)
 		reason  Reason
-		cp      *Checkpoint
+		cp      *checkpoint.Checkpoint
 	}{
 		{"cut-below-the-witness", fx.witness, func(t *testing.T, path string) {
 			writeLines(t, path, orig[:len(orig)-4])
