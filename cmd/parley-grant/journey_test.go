@@ -23,7 +23,6 @@ import (
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/keyfile"
 	"github.com/parley-keyd/parley-keyd/internal/testdaemon"
 	"github.com/parley-keyd/parley-keyd/internal/testpeer"
 	"github.com/parley-keyd/parley-keyd/internal/testservice"
@@ -147,7 +146,7 @@ func writeAgentKey(t *testing.T, dir string) (string, ed25519.PrivateKey) {
 	t.Helper()
 	key := newTestKey(t)
 	path := filepath.Join(dir, "agent.key")
-	if err := keyfile.WriteKeyFile(path, key); err != nil {
+	if err := writeAgentKeyFile(path, key); err != nil {
 		t.Fatal(err)
 	}
 	return path, key

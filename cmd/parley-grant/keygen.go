@@ -8,7 +8,6 @@ import (
 	"io/fs"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/keyfile"
 	"github.com/spf13/cobra"
 )
 
@@ -32,7 +31,7 @@ $PARLEY_AGENT_KEY, else $XDG_CONFIG_HOME/parley/agent.key, else
 			if err != nil {
 				return fail(err, "")
 			}
-			if err := keyfile.WriteKeyFile(path, key); err != nil {
+			if err := writeAgentKeyFile(path, key); err != nil {
 				if errors.Is(err, fs.ErrExist) {
 					return fail(fmt.Errorf("%s already exists; not overwriting it", path),
 						"show its public key with: parley-grant pubkey --key "+path+"; or choose another file with --out")

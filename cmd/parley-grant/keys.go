@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/keyfile"
 )
 
@@ -44,7 +45,7 @@ func loadAgentKey(flag string) (ed25519.PrivateKey, error) {
 		return nil, fail(errors.New("no agent key file: no home directory to find it in"),
 			"name one with --key FILE or "+agentKeyEnv)
 	}
-	key, err := keyfile.ReadKeyFile(path)
+	key, err := readAgentKeyFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fail(fmt.Errorf("no agent key at %s", path), "create one with: parley-grant keygen")
@@ -52,4 +53,26 @@ func loadAgentKey(flag string) (ed25519.PrivateKey, error) {
 		return nil, fail(err, "")
 	}
 	return key, nil
+}
+
+// readAgentKeyFile reads the key file at path (keyfile.Read checks who may
+// reach it) and parses it.
+func readAgentKeyFile(path string) (ed25519.PrivateKey, error) {
+	data, err := keyfile.Read(path)
+	if err != nil {
+		return nil, err
+	}
+	priv, err := grant.ParseKeyFile(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return priv, nil
+}
+
+// writeAgentKeyFile writes priv to a new key file at path (keyfile.Write).
+func writeAgentKeyFile(path string, priv ed25519.PrivateKey) error {
+	if len(priv) != ed25519.PrivateKeySize {
+		return errors.New("write key file: not an ed25519 private key")
+	}
+	return keyfile.Write(path, grant.MarshalKeyFile(priv))
 }

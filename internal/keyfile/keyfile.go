@@ -1,29 +1,27 @@
 // Package keyfile reads and writes agent key files (docs/key-file.md) on
-// disk, with the permission checks that keep them private. The format
-// itself is grant.MarshalKeyFile and grant.ParseKeyFile; this package is
-// the edge that touches the file system, so that package grant stays pure.
+// disk, with the permission checks that keep them private. It moves bytes
+// only: the format is grant.MarshalKeyFile and grant.ParseKeyFile, which
+// its callers apply, so that package grant stays pure and this helper links
+// nothing above it.
 package keyfile
 
 import (
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"syscall"
-
-	"github.com/parley-keyd/parley-keyd/grant"
 )
 
 // maxSize bounds what ReadKeyFile reads: a key file is about 150 bytes.
 const maxSize = 4096
 
-// ReadKeyFile reads the agent key at path. It refuses a file that is not a
+// Read reads the agent key file at path. It refuses a file that is not a
 // regular file, that is not owned by the effective user, or that grants any
 // permission to group or others: a key another user can read is no longer
 // this agent's alone, and a key another user can write could be swapped.
-func ReadKeyFile(path string) (ed25519.PrivateKey, error) {
+func Read(path string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
@@ -51,22 +49,18 @@ func ReadKeyFile(path string) (ed25519.PrivateKey, error) {
 	if len(data) > maxSize {
 		return nil, fmt.Errorf("key file %s is too large to be a key file", path)
 	}
-	priv, err := grant.ParseKeyFile(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return priv, nil
+	return data, nil
 }
 
-// WriteKeyFile writes priv to a new key file at path, mode 0600, creating
+// Write writes data, a key file, to a new file at path, mode 0600, creating
 // missing parent directories with mode 0700. It never overwrites: if path
 // exists, even as a symbolic link, it fails with an error that wraps
 // fs.ErrExist. It refuses a parent directory that group or others can
 // write, where another user could replace the file. The file is synced to
-// disk before WriteKeyFile returns.
-func WriteKeyFile(path string, priv ed25519.PrivateKey) (err error) {
-	if len(priv) != ed25519.PrivateKeySize {
-		return errors.New("write key file: not an ed25519 private key")
+// disk before Write returns.
+func Write(path string, data []byte) (err error) {
+	if len(data) == 0 {
+		return errors.New("write key file: nothing to write")
 	}
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -91,7 +85,7 @@ func WriteKeyFile(path string, priv ed25519.PrivateKey) (err error) {
 			os.Remove(path)
 		}
 	}()
-	if _, err = f.Write(grant.MarshalKeyFile(priv)); err != nil {
+	if _, err = f.Write(data); err != nil {
 		return err
 	}
 	if err = f.Sync(); err != nil {
