@@ -14,7 +14,7 @@ import (
 	"syscall"
 )
 
-// maxSize bounds what ReadKeyFile reads: a key file is about 150 bytes.
+// maxSize bounds what Read reads: a key file is about 150 bytes.
 const maxSize = 4096
 
 // Read reads the agent key file at path. It refuses a file that is not a
