@@ -208,6 +208,60 @@ func (b *backendRun) startRecord() string {
 	return ""
 }
 
+// daemonBackend is what the shared body (servesThrough) needs of one
+// backend under the real daemon.
+type daemonBackend struct {
+	principal string
+	// status is how parley-grant status names the key while it answers;
+	// record holds what the audit log's start record says of the signer.
+	status string
+	record []string
+	// goAway makes the key service go away under the running daemon, and
+	// comeBack brings it back; both nil for the file key, comeBack nil
+	// when it cannot come back (a token whose files are gone).
+	goAway, comeBack func()
+	// downStatus is what status says once the service has gone.
+	downStatus []string
+}
+
+// servesThrough is the body every backend passes under the real daemon:
+// grants verify under the principal, status and the start record name the
+// backend, and a key service that goes away makes each request end in
+// unavailable with a retry while the daemon stays up and status says so.
+func (b *backendRun) servesThrough(c *client.Client, k daemonBackend) {
+	b.t.Helper()
+	for i := 0; i < 20; i++ {
+		b.mustGrant(c, k.principal)
+	}
+	if s := b.status(); !strings.Contains(s, "principal key: "+k.status) || !strings.Contains(s, "it answers") {
+		b.t.Fatalf("status, want %q and \"it answers\":\n%s", k.status, s)
+	}
+	rec := b.startRecord()
+	for _, want := range k.record {
+		if !strings.Contains(rec, want) {
+			b.t.Fatalf("start record %q does not say %q", rec, want)
+		}
+	}
+	if k.goAway == nil {
+		return
+	}
+	k.goAway()
+	for i := 0; i < 6; i++ {
+		b.wantUnavailable(c)
+	}
+	b.alive()
+	s := b.status()
+	for _, want := range append([]string{"it does not answer"}, k.downStatus...) {
+		if !strings.Contains(s, want) {
+			b.t.Fatalf("status with the key service gone does not say %q:\n%s", want, s)
+		}
+	}
+	if k.comeBack != nil {
+		k.comeBack()
+		b.mustGrant(c, k.principal)
+	}
+}
+
 func TestBackendFile(t *testing.T) {
 	b := newBackendRun(t)
 	u, _ := user.Current()
@@ -219,13 +273,8 @@ func TestBackendFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.mustGrant(c, m.Principal)
-	if s := b.status(); !strings.Contains(s, "principal key: file: "+filepath.Join(b.state, "principal.key")+"; it answers") {
-		t.Fatalf("status:\n%s", s)
-	}
-	if rec := b.startRecord(); !strings.Contains(rec, "signer file ") {
-		t.Fatalf("start record %q", rec)
-	}
+	b.servesThrough(c, daemonBackend{principal: m.Principal,
+		status: "file: " + filepath.Join(b.state, "principal.key") + "; it answers", record: []string{"signer file "}})
 }
 
 func TestBackendTransit(t *testing.T) {
@@ -265,13 +314,11 @@ func TestBackendTransit(t *testing.T) {
 			}
 			b.serve()
 			c := b.client()
-			b.mustGrant(c, principal)
-			if s := b.status(); !strings.Contains(s, "principal key: transit: transit/parley-principal at "+srv.URL+", version 1; it answers") {
-				t.Fatalf("status:\n%s", s)
-			}
-			if rec := b.startRecord(); !strings.Contains(rec, "signer transit transit/parley-principal") || !strings.Contains(rec, "version 1") {
-				t.Fatalf("start record %q", rec)
-			}
+			b.servesThrough(c, daemonBackend{principal: principal,
+				status: "transit: transit/parley-principal at " + srv.URL + ", version 1; it answers",
+				record: []string{"signer transit transit/parley-principal", "version 1"},
+				goAway: func() { srv.SetFault(&testtransit.Fault{Status: 503}) }, comeBack: func() { srv.SetFault(nil) },
+				downStatus: []string{"refused as unavailable"}})
 
 			for _, fault := range []testtransit.Fault{{Status: 503}, {Status: 403}, {Close: true}, {Delay: time.Minute}} {
 				srv.SetFault(&fault)
@@ -280,11 +327,6 @@ func TestBackendTransit(t *testing.T) {
 				srv.SetFault(nil)
 				b.mustGrant(c, principal)
 			}
-			srv.SetFault(&testtransit.Fault{Status: 503})
-			if s := b.status(); !strings.Contains(s, "it does not answer") || !strings.Contains(s, "refused as unavailable") {
-				t.Fatalf("status with the service down:\n%s", s)
-			}
-			srv.SetFault(nil)
 		})
 	}
 }
@@ -354,28 +396,15 @@ func TestBackendPKCS11(t *testing.T) {
 		t.Fatalf("file init in a pkcs11 set-up: %+v", r)
 	}
 	b.serve()
-	c := b.client()
-	for i := 0; i < 20; i++ {
-		b.mustGrant(c, principal)
-	}
-	if s := b.status(); !strings.Contains(s, `principal key: pkcs11: token "parley", key "parley-principal"`) || !strings.Contains(s, "it answers") {
-		t.Fatalf("status:\n%s", s)
-	}
-	if rec := b.startRecord(); !strings.Contains(rec, "signer pkcs11 token") {
-		t.Fatalf("start record %q", rec)
-	}
-	// The token's files go away under the running daemon.
-	files, _ := tok.Files()
-	for _, f := range files {
-		os.RemoveAll(f)
-	}
-	for i := 0; i < 6; i++ {
-		b.wantUnavailable(c)
-	}
-	b.alive()
-	if s := b.status(); !strings.Contains(s, "it does not answer") {
-		t.Fatalf("status with the token gone:\n%s", s)
-	}
+	b.servesThrough(b.client(), daemonBackend{principal: principal,
+		status: `pkcs11: token "parley", key "parley-principal"`, record: []string{"signer pkcs11 token"},
+		// The token's files go away under the running daemon.
+		goAway: func() {
+			files, _ := tok.Files()
+			for _, f := range files {
+				os.RemoveAll(f)
+			}
+		}})
 }
 
 func TestBackendWrongPINRefusesToStart(t *testing.T) {
