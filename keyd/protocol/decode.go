@@ -76,7 +76,20 @@ func DecodeGrantReply(line []byte) (re string, res *GrantResult, ok bool) {
 	if !d.lit(`,"request":`) {
 		return "", nil, false
 	}
-	if res.RequestID, ok = d.str(); !ok || !d.lit("}}") || d.i != len(d.b) {
+	if res.RequestID, ok = d.str(); !ok {
+		return "", nil, false
+	}
+	if d.lit(`,"remembered":`) {
+		if res.Remembered, ok = d.str(); !ok || res.Remembered == "" {
+			return "", nil, false
+		}
+	}
+	if d.lit(`,"until":`) {
+		if res.Until, ok = d.int(); !ok || res.Until == 0 {
+			return "", nil, false
+		}
+	}
+	if !d.lit("}}") || d.i != len(d.b) {
 		return "", nil, false
 	}
 	return re, res, true

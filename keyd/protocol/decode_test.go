@@ -59,7 +59,9 @@ func TestDecodeGrantReply(t *testing.T) {
 			{Name: "per", Value: []byte(`{"amount":"5.00","currency":"USD"}`)}}}
 	asked := &GrantResult{Token: "t", GrantID: "g", Expires: -1, Decision: "ask", Approver: "alice", Channel: "desktop", Strength: "strong",
 		Narrowed: []string{"exp cut to 1h", "can cut"}, RequestID: "r", Caveats: []grant.Caveat{}}
-	for _, res := range []*GrantResult{auto, asked, {Token: "t", Decision: "auto", RequestID: "r"}} {
+	remembered := &GrantResult{Token: "t", GrantID: "g", Expires: 1700000600, Decision: "remembered", Approver: "alice", Channel: "terminal",
+		RequestID: "r", Caveats: []grant.Caveat{grant.Svc("cal.example")}, Remembered: "m_1", Until: 1700007200}
+	for _, res := range []*GrantResult{auto, asked, remembered, {Token: "t", Decision: "auto", RequestID: "r"}} {
 		line := encodeReply(t, "a-1", res)
 		re, got, ok := DecodeGrantReply(line)
 		wre, _, want, err := decodeWithJSON(line)

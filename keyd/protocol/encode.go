@@ -86,6 +86,13 @@ func appendGrantResult(b []byte, res *GrantResult) ([]byte, bool) {
 	if b, ok = appendStr(b, `,"request":`, res.RequestID, false); !ok {
 		return nil, false
 	}
+	if b, ok = appendStr(b, `,"remembered":`, res.Remembered, true); !ok {
+		return nil, false
+	}
+	if res.Until != 0 {
+		b = append(b, `,"until":`...)
+		b = strconv.AppendInt(b, res.Until, 10)
+	}
 	return append(b, '}'), true
 }
 
@@ -147,7 +154,8 @@ func appendFrame(b []byte, f *Frame) ([]byte, bool) {
 	}
 	for _, s := range []struct{ key, v string }{
 		{`,"verb":`, f.Verb}, {`,"kind":`, f.Kind}, {`,"re":`, f.Re}, {`,"service":`, f.Service}, {`,"holder":`, f.Holder},
-		{`,"request":`, f.Request}, {`,"match":`, f.Match}, {`,"channel":`, f.Channel}, {`,"reason":`, f.Reason}, {`,"code":`, string(f.Code)},
+		{`,"request":`, f.Request}, {`,"match":`, f.Match}, {`,"channel":`, f.Channel}, {`,"reason":`, f.Reason}, {`,"remember":`, f.Remember},
+		{`,"code":`, string(f.Code)},
 		{`,"message":`, f.Message}, {`,"fix":`, f.Fix},
 	} {
 		if b, ok = appendStr(b, s.key, s.v, true); !ok {

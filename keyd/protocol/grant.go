@@ -40,13 +40,19 @@ type GrantResult struct {
 	GrantID   string         `json:"grant_id"`
 	Expires   int64          `json:"expires"`
 	Caveats   []grant.Caveat `json:"caveats"`
-	Decision  string         `json:"decision"` // "auto" or "ask"
+	Decision  string         `json:"decision"` // "auto", "ask" or "remembered"
 	Rule      string         `json:"rule,omitempty"`
 	Approver  string         `json:"approver,omitempty"`
 	Channel   string         `json:"channel,omitempty"`
 	Strength  string         `json:"strength,omitempty"`
 	Narrowed  []string       `json:"narrowed,omitempty"`
 	RequestID string         `json:"request"`
+	// Remembered is, for a grant issued under a remembered approval
+	// (Decision "remembered"), that approval's id, and Until its end (unix
+	// seconds): the agent asks again before Expires, and stops once Until
+	// has passed or the approval was forgotten.
+	Remembered string `json:"remembered,omitempty"`
+	Until      int64  `json:"until,omitempty"`
 }
 
 // Event is the data of an EVENT the daemon sends while a request waits.

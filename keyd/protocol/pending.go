@@ -42,6 +42,11 @@ type PendingView struct {
 	Link    string `json:"link,omitempty"`
 	Created int64  `json:"created"`
 	Expires int64  `json:"expires"`
+	// Remember are the lengths a human may choose to keep approving this
+	// request (APPROVE's "remember"), shortest first, the last the rule's
+	// remember: present only for a GRANT whose rule allows remembering and
+	// whose Text is whole. An approver offers these and no other.
+	Remember []string `json:"remember,omitempty"`
 }
 
 // CallerView is who asked, as the kernel and /proc told the daemon.

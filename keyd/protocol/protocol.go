@@ -33,6 +33,10 @@ const (
 	VerbAudit   = "AUDIT"
 	VerbLock    = "LOCK"
 	VerbUnlock  = "UNLOCK"
+	// VerbRemembered lists remembered approvals, VerbForget ends one
+	// (remembered.go).
+	VerbRemembered = "REMEMBERED"
+	VerbForget     = "FORGET"
 )
 
 // Reply kinds.
@@ -45,6 +49,8 @@ const (
 	KindAudit   = "AUDIT"
 	KindEvent   = "EVENT"
 	KindError   = "ERROR"
+	// KindRemembered answers REMEMBERED: data is a RememberedList.
+	KindRemembered = "REMEMBERED"
 )
 
 // Code is a stable, machine-readable reason carried by an ERROR frame. Codes
@@ -108,11 +114,16 @@ type Frame struct {
 	Service  string          `json:"service,omitempty"`  // CONSENT: the service id the proposal came from
 	Holder   string          `json:"holder,omitempty"`   // CONSENT: the agent key to bind
 	Proof    *grant.Proof    `json:"proof,omitempty"`    // GRANT, CONSENT: possession of the holder key
-	Request  string          `json:"request,omitempty"`  // APPROVE, DENY: the pending request id
+	Request  string          `json:"request,omitempty"`  // APPROVE, DENY: the pending request id; FORGET: the remembered approval's id
 	Match    string          `json:"match,omitempty"`    // APPROVE: the match code the human confirmed
 	Channel  string          `json:"channel,omitempty"`  // APPROVE, DENY: "terminal" (default) or "desktop"
 	Audit    *AuditQuery     `json:"audit,omitempty"`    // AUDIT: which records
-	Reason   string          `json:"reason,omitempty"`   // LOCK: why, for the audit log
+	Reason   string          `json:"reason,omitempty"`   // LOCK, FORGET: why, for the audit log
+	// Remember, on APPROVE, asks the daemon to keep approving this
+	// request for that long (internal/duration's syntax, e.g. "2h"); it
+	// must be one of the PendingView's Remember choices' range (at most
+	// the rule's remember). Absent: approve once.
+	Remember string `json:"remember,omitempty"`
 
 	// Reply fields.
 	Code    Code            `json:"code,omitempty"` // ERROR
