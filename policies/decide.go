@@ -366,6 +366,13 @@ func (p *Policy) finish(d Decision, u *rule, escalators []*rule) Decision {
 	}
 	d.Action = Ask
 	d.Channels = channels
+	d.Remember, d.RememberExp = asks[0].remember, asks[0].rememberExp
+	for _, e := range asks[1:] {
+		d.Remember, d.RememberExp = min(d.Remember, e.remember), min(d.RememberExp, e.rememberExp)
+	}
+	if d.Remember == 0 {
+		d.RememberExp = 0
+	}
 	if len(escalators) > 0 {
 		d.Reason = fmt.Sprintf("rule %q would allow this, and it also reaches into rule %q, which needs a human to approve", u.name, escalators[0].name)
 	} else {

@@ -25,7 +25,12 @@ type Summary struct {
 	Channels   []Channel `json:"channels,omitempty"`
 	Strong     bool      `json:"strong,omitempty"`
 	Clamp      bool      `json:"clamp,omitempty"`
-	Text       string    `json:"text"` // the rule in one plain sentence
+	// Remember is, for an ask rule that allows it, the longest a human may
+	// have an approval remembered, and RememberExp each grant's lifetime
+	// under it, in seconds.
+	Remember    int64  `json:"remember,omitempty"`
+	RememberExp int64  `json:"remember_exp,omitempty"`
+	Text        string `json:"text"` // the rule in one plain sentence
 }
 
 // Limit is a money limit written as the per and spend caveats of a grant
@@ -69,6 +74,7 @@ func (p *Policy) Allowed(c Caller) []Summary {
 		if u.action == Ask {
 			s.Channels = u.channelsOrAll()
 			s.Strong = u.strong
+			s.Remember, s.RememberExp = u.remember, u.rememberExp
 		}
 		out = append(out, s)
 	}
@@ -165,6 +171,9 @@ func describeRule(u *rule) string {
 	}
 	if u.risk != "" {
 		fmt.Fprintf(&b, ", risk at most %s", u.risk)
+	}
+	if u.remember != 0 {
+		fmt.Fprintf(&b, "; a human may have an approval remembered for up to %s, each grant under it living %s", fmtDur(u.remember), fmtDur(u.rememberExp))
 	}
 	if u.clamp {
 		b.WriteString("; larger requests are cut down to these limits.")

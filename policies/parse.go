@@ -493,7 +493,7 @@ func (d *decoder) agentList(t *node, p *Policy, what string) ([]string, error) {
 
 func (d *decoder) rule(t *node, i int, p *Policy) (*rule, error) {
 	if err := d.known(t, "[[rule]]", "name", "agents", "action", "svc", "verbs", "can",
-		"max_exp", "default_exp", "per", "spend", "risk", "channels", "strong", "on_exceed"); err != nil {
+		"max_exp", "default_exp", "per", "spend", "risk", "channels", "strong", "on_exceed", "remember", "remember_exp"); err != nil {
 		return nil, err
 	}
 	name, line, err := d.name(t, "rule", fmt.Sprintf("rule-%d", i+1))
@@ -534,7 +534,7 @@ func (d *decoder) rule(t *node, i int, p *Policy) (*rule, error) {
 	if r.action == Deny {
 		// A deny rule refuses by scope alone; limits would suggest it
 		// allows something below them, which it does not.
-		for _, k := range []string{"max_exp", "default_exp", "per", "spend", "risk", "channels", "strong", "on_exceed"} {
+		for _, k := range []string{"max_exp", "default_exp", "per", "spend", "risk", "channels", "strong", "on_exceed", "remember", "remember_exp"} {
 			if v, ok := t.vals[k]; ok {
 				return nil, d.errorf(v.line, "rule %q: a deny rule takes no %s; it refuses every request that reaches into its svc, verbs and can", name, k)
 			}
@@ -542,7 +542,7 @@ func (d *decoder) rule(t *node, i int, p *Policy) (*rule, error) {
 		return r, nil
 	}
 	if r.action == Auto {
-		for _, k := range []string{"channels", "strong"} {
+		for _, k := range []string{"channels", "strong", "remember", "remember_exp"} {
 			if v, ok := t.vals[k]; ok {
 				return nil, d.errorf(v.line, "rule %q: %s is only for action = \"ask\"", name, k)
 			}
@@ -583,10 +583,56 @@ func (d *decoder) rule(t *node, i int, p *Policy) (*rule, error) {
 	default:
 		return nil, d.errorf(eline, "rule %q: on_exceed must be \"next\" or \"clamp\", not %q", name, ex)
 	}
+	if err := d.remember(t, r); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
+// remember reads an ask rule's remember and remember_exp (issue 24): how
+// long a human may have the daemon keep approving a request, and how long
+// each grant issued meanwhile lives. A remember_exp longer than max_exp or
+// than remember is refused rather than cut: the file would say one thing
+// and the daemon do another.
+func (d *decoder) remember(t *node, r *rule) error {
+	var err error
+	if r.remember, err = d.duration(t, "remember"); err != nil {
+		return err
+	}
+	if r.rememberExp, err = d.duration(t, "remember_exp"); err != nil {
+		return err
+	}
+	if v, ok := t.vals["remember_exp"]; ok && r.remember == 0 {
+		return d.errorf(v.line, "rule %q: remember_exp needs remember, the longest a human may have approvals remembered", r.name)
+	}
+	if r.remember == 0 {
+		return nil
+	}
+	if r.rememberExp == 0 {
+		r.rememberExp = DefaultRememberExp
+		if r.maxExp != 0 {
+			r.rememberExp = min(r.rememberExp, r.maxExp)
+		}
+		r.rememberExp = min(r.rememberExp, r.remember)
+		return nil
+	}
+	line := t.vals["remember_exp"].line
+	if r.maxExp != 0 && r.rememberExp > r.maxExp {
+		return d.errorf(line, "rule %q: remember_exp %s is longer than max_exp %s; each grant under a remembered approval lives at most max_exp",
+			r.name, fmtDur(r.rememberExp), fmtDur(r.maxExp))
+	}
+	if r.rememberExp > r.remember {
+		return d.errorf(line, "rule %q: remember_exp %s is longer than remember %s", r.name, fmtDur(r.rememberExp), fmtDur(r.remember))
+	}
+	return nil
+}
+
 func (d *decoder) consent(t *node, i int, p *Policy) (*consentRule, error) {
+	for _, k := range []string{"remember", "remember_exp"} {
+		if v, ok := t.vals[k]; ok {
+			return nil, d.errorf(v.line, "[[consent]]: %s is not allowed: a consent is one-shot, bound to one proposal (§6.6), and is never remembered", k)
+		}
+	}
 	if err := d.known(t, "[[consent]]", "name", "agents", "action", "svc", "can",
 		"deny_above_cost", "deny_above_risk", "strong_above_cost", "strong_above_risk", "strong", "channels", "max_exp"); err != nil {
 		return nil, err

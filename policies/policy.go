@@ -65,6 +65,11 @@ type Decision struct {
 	// Reason is one sentence for the human or the agent: why it was
 	// refused and how to ask for less, or why it needs approval.
 	Reason string
+	// Remember, for Ask, is the longest a human may have this approval
+	// remembered, in seconds: the least remember of every ask rule that
+	// applies (0 when one of them does not allow it). RememberExp is the
+	// lifetime of each grant issued under it: the least of theirs.
+	Remember, RememberExp int64
 }
 
 // ConsentFacts are the checked facts of a proposal for which an agent asks
@@ -157,6 +162,10 @@ type rule struct {
 	channels   []Channel
 	strong     bool
 	clamp      bool
+	// remember is the longest a human may have the daemon keep approving
+	// a request this rule asks about (0: never), rememberExp the lifetime
+	// of each grant issued meanwhile (issue 24).
+	remember, rememberExp int64
 }
 
 // consentRule is one [[consent]] of the policy.
@@ -185,6 +194,10 @@ const (
 	// DefaultLifetime is the lifetime of a grant whose request names no
 	// expiry under a rule without default_exp (cut to the rule's max_exp).
 	DefaultLifetime = 15 * 60
+	// DefaultRememberExp is the lifetime of each grant issued under a
+	// remembered approval when the rule sets no remember_exp (cut to its
+	// max_exp and remember).
+	DefaultRememberExp = 10 * 60
 	// DefaultRate is an agent's requests per minute when it sets no rate.
 	DefaultRate = 30
 	// DefaultPending is an agent's approvals waiting at once when it sets
