@@ -17,7 +17,7 @@ import (
 // Cut, Folded or Checkpoint, or a string that encoding/json would escape,
 // or raw JSON it would reject.
 func appendRecord(dst []byte, rec *Record) ([]byte, bool) {
-	if len(rec.Cut) > 0 || rec.Folded != nil || rec.Checkpoint != nil || rec.Damage != nil {
+	if len(rec.Cut) > 0 || rec.Folded != nil || rec.Checkpoint != nil || rec.Damage != nil || rec.Remembered != nil {
 		return dst, false
 	}
 	start := len(dst)
@@ -74,7 +74,7 @@ func appendRecord(dst []byte, rec *Record) ([]byte, bool) {
 		open := len(b)
 		for _, f := range []struct {
 			key, v string
-		}{{`"rule":`, d.Rule}, {`"approver":`, d.Approver}, {`"channel":`, d.Channel}, {`"strength":`, d.Strength}} {
+		}{{`"rule":`, d.Rule}, {`"approver":`, d.Approver}, {`"channel":`, d.Channel}, {`"strength":`, d.Strength}, {`"remembered":`, d.Remembered}} {
 			if f.v == "" {
 				continue
 			}

@@ -86,7 +86,7 @@ func plainRecord(rec *Record) bool {
 // than vanishing from the log.
 func TestAppendRecordKnowsEveryField(t *testing.T) {
 	var rec Record
-	testfill.Fill(t, &rec, "Cut", "Folded", "Checkpoint", "Damage")
+	testfill.Fill(t, &rec, "Cut", "Folded", "Checkpoint", "Damage", "Remembered")
 	want, err := json.Marshal(&rec)
 	if err != nil {
 		t.Fatal(err)

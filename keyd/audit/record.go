@@ -45,6 +45,14 @@ const (
 	// acknowledge): Damage names it, Message gives the admin's reason,
 	// DecidedBy the admin. Only the log writes it.
 	KindAcknowledged = "acknowledged"
+	// KindRemember is a remembered approval starting (issue 24): the
+	// human approved a GRANT and had it remembered. Remembered says which,
+	// for whom and until when; Issued holds the approved caveats,
+	// DecidedBy the approver. KindForget is its end: Remembered names it,
+	// Decision says why (forgotten, locked, reloaded, expired), DecidedBy
+	// and Message who and in what words.
+	KindRemember = "remember"
+	KindForget   = "forget"
 )
 
 // KindUnsigned says that a checkpoint was due and its signer could not sign
@@ -58,6 +66,7 @@ var kinds = map[string]bool{
 	KindIssue: true, KindConsent: true, KindDeny: true, KindTimeout: true,
 	KindWithdrawn: true, KindError: true, KindPolicyReload: true,
 	KindStart: true, KindStop: true, KindRequest: true, KindDecide: true, KindLock: true, KindUnlock: true,
+	KindRemember: true, KindForget: true,
 }
 
 // Record is one line of the audit log. Seq, Prev and Time are filled in
@@ -100,6 +109,20 @@ type Record struct {
 	// Damage is set on records of kind "acknowledged": the damage the
 	// admin acknowledged.
 	Damage *Damage `json:"damage,omitempty"`
+	// Remembered is set on records of kind "remember" and "forget".
+	Remembered *Remembered `json:"remembered,omitempty"`
+}
+
+// Remembered is a remembered approval as its records name it: its id, the
+// policy agent and the uid it serves, the rule that allowed it, its end
+// (unix seconds) and each grant's lifetime under it (seconds).
+type Remembered struct {
+	ID    string `json:"id"`
+	Agent string `json:"agent"`
+	UID   uint32 `json:"uid"`
+	Rule  string `json:"rule,omitempty"`
+	Until int64  `json:"until,omitempty"`
+	Slice int64  `json:"slice,omitempty"`
 }
 
 // Caller is the requester as the kernel identified it (see peercred.Get),
@@ -145,6 +168,9 @@ type Decider struct {
 	Approver string `json:"approver,omitempty"` // user name, or uid when it has no name
 	Channel  string `json:"channel,omitempty"`
 	Strength string `json:"strength,omitempty"`
+	// Remembered names the remembered approval a grant was issued under
+	// (issue 24); Approver and Channel are then who approved that.
+	Remembered string `json:"remembered,omitempty"`
 }
 
 // Cut describes a field value that Append shortened: its size in bytes and
@@ -226,7 +252,15 @@ func bound(r *Record) {
 		cut("decided_by.approver", &dd.Approver, maxShort)
 		cut("decided_by.channel", &dd.Channel, maxShort)
 		cut("decided_by.strength", &dd.Strength, maxShort)
+		cut("decided_by.remembered", &dd.Remembered, maxShort)
 		r.DecidedBy = &dd
+	}
+	if m := r.Remembered; m != nil {
+		mm := *m
+		cut("remembered.id", &mm.ID, maxShort)
+		cut("remembered.agent", &mm.Agent, maxShort)
+		cut("remembered.rule", &mm.Rule, maxShort)
+		r.Remembered = &mm
 	}
 	raw := func(name string, v *json.RawMessage) {
 		if len(*v) <= maxCaveats {

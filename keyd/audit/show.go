@@ -377,7 +377,17 @@ func FormatRecord(rec *Record) string {
 			}
 			parts = append(parts, ch)
 		}
+		if d.Remembered != "" {
+			parts = append(parts, "remembered:"+d.Remembered)
+		}
 		field("by", value(strings.Join(parts, ","), 100))
+	}
+	if m := rec.Remembered; m != nil {
+		field("remembered", value(m.ID, 40))
+		field("for", value(m.Agent+"/uid:"+strconv.FormatUint(uint64(m.UID), 10), 60))
+		if m.Until != 0 {
+			field("until", time.Unix(m.Until, 0).UTC().Format("2006-01-02T15:04:05Z"))
+		}
 	}
 	field("grant", value(rec.GrantID, 48))
 	if rec.Expiry != 0 {
