@@ -53,6 +53,12 @@ func (s *Server) decide(r *request, approve bool) (*protocol.Frame, error) {
 		return nil, err
 	}
 	a := Approval{Approver: r.caller.name(), Channel: ch, Weak: r.caller.Roles.Weak}
+	if a.Remember, err = rememberFrom(r.f); err != nil {
+		return nil, err
+	}
+	if a.Remember > 0 {
+		r.rec.Message = "remember " + r.f.Remember
+	}
 	if err := s.queue.decide(r.f.Request, approve, r.f.Match, a); err != nil {
 		return nil, err
 	}
@@ -73,6 +79,15 @@ func (s *Server) Decide(id string, approve bool, match, device string) error {
 	if approve {
 		f.Verb, f.Match = protocol.VerbApprove, match
 	}
+	_, err := s.Handle(context.Background(), phoneCaller(device), f, nil)
+	return err
+}
+
+// DecideRemember approves a pending request for the paired phone named
+// device, as Decide does, and has the approval remembered for remember
+// (issue 24: "2h", one of the request's Remember choices).
+func (s *Server) DecideRemember(id, match, device, remember string) error {
+	f := &protocol.Frame{Verb: protocol.VerbApprove, Request: id, Match: match, Remember: remember}
 	_, err := s.Handle(context.Background(), phoneCaller(device), f, nil)
 	return err
 }

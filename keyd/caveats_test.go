@@ -57,7 +57,7 @@ func BenchmarkGrantJSON(b *testing.B) {
 		}
 		rec := audit.Record{RequestID: "r_x", Decision: "auto", DecidedBy: &audit.Decider{Rule: "calendar-auto"}}
 		rec.Requested, rec.Issued = caveatsJSON(body.Caveats), caveatsJSON(body.Caveats)
-		reply, err := grantReply(tok, body.Caveats, 1764547200, rec, nil)
+		reply, err := grantReply(tok, body.Caveats, 1764547200, rec, nil, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -114,6 +114,9 @@ func New(o Options) (*Daemon, error) {
 	d.Server = srv
 	srv.previous = o.Previous
 	srv.loadLock(o.State)
+	if d.log != nil {
+		srv.loadRemembered(o.State, filepath.Join(o.State, "audit.log"))
+	}
 	return d, nil
 }
 
@@ -294,6 +297,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener) error {
 			d.logf("folded records not written: %v", ferr)
 		}
 	}
+	d.closeRemembered()
 	if _, aerr := d.audit.Append(audit.Record{Kind: audit.KindStop, Message: reason}); aerr != nil {
 		d.logf("stop record not written: %v", aerr)
 	}
@@ -324,6 +328,7 @@ func (d *Daemon) start(ln net.Listener) (headDone <-chan struct{}, err error) {
 	switch {
 	case err == nil:
 		d.reportHead("start")
+		d.armRemembered()
 		close(done)
 		return done, nil
 	case !errors.Is(err, audit.ErrUnavailable):
@@ -335,6 +340,7 @@ func (d *Daemon) start(ln net.Listener) (headDone <-chan struct{}, err error) {
 		select {
 		case <-d.log.Started():
 			d.reportHead("start")
+			d.armRemembered()
 		case <-d.logClosed():
 		}
 	}()

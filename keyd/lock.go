@@ -258,6 +258,9 @@ func (s *Server) lockRequest(r *request) (*protocol.Frame, error) {
 		s.record(r)
 		s.drainLocked(st)
 	}
+	// Issue 24: a lock ends every remembered approval, locked or not
+	// before (one started by a request approved a moment before).
+	s.endAllRemembered("locked", r.rec.DecidedBy, "the daemon was locked by "+a.Approver, r.rec.RequestID)
 	return &protocol.Frame{Kind: protocol.KindOK, Message: msg, Data: mustJSON(lockView(st))}, nil
 }
 

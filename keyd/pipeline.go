@@ -53,6 +53,9 @@ type request struct {
 	charged bool
 	over    bool
 	overWho string
+	// under is the remembered approval a GRANT is issued under, and
+	// started the one its human approval started (remembered.go).
+	under, started *rememberedApproval
 }
 
 func (r *request) event(message string, data any) {
@@ -133,6 +136,18 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 			s.lock.mu.RUnlock()
 			e := lockedError(*st)
 			rec.Kind, rec.Decision, rec.Message = audit.KindDeny, string(e.Code), "signed, then discarded: the daemon was locked before the grant left"
+			if _, aerr := s.audit.Append(*rec); aerr != nil {
+				s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, aerr)
+			}
+			r.settle(e)
+			return nil, e
+		}
+		// Issue 24: a grant under a remembered approval that ended
+		// meanwhile (FORGET, LOCK, a reload) does not leave; ending one
+		// waits for the grants already past this check to be recorded.
+		if e := s.releaseRemembered(r); e != nil {
+			s.lock.mu.RUnlock()
+			rec.Kind, rec.Decision, rec.Message = audit.KindDeny, string(e.Code), "signed, then discarded: "+e.Message
 			if _, aerr := s.audit.Append(*rec); aerr != nil {
 				s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, aerr)
 			}
@@ -393,9 +408,22 @@ func (s *Server) grantRequest(r *request) (*protocol.Frame, error) {
 	switch d.Action {
 	case policies.Auto:
 	case policies.Ask:
+		if s.underRemembered(r, agent, &d, req) {
+			break // a human approved this already, and had it remembered
+		}
 		view := s.renderGrant(r, r.rec.RequestID, agent, body.Holder, d)
-		if _, err := s.waitForHuman(r, view, agent, pol, d.Channels, d.Strong, redecideGrant(caller, req, now, d)); err != nil {
+		view.Remember = rememberChoices(d.Remember)
+		a, err := s.waitForHuman(r, view, agent, pol, d.Channels, d.Strong, redecideGrant(caller, req, now, d))
+		if err != nil {
 			return nil, err
+		}
+		if a.Remember > 0 {
+			m, err := s.startRemembered(r, agent, d, a)
+			if err != nil {
+				return nil, err
+			}
+			r.started = m
+			r.rec.DecidedBy.Remembered = m.id
 		}
 	default:
 		r.rec.Kind = audit.KindDeny
@@ -452,7 +480,13 @@ func (s *Server) issueGrant(r *request, holder ed25519.PublicKey, d policies.Dec
 	if len(d.Narrowed) > 0 {
 		r.rec.Message = "narrowed: " + strings.Join(d.Narrowed, "; ")
 	}
-	return grantReply(tok, cavs, d.Grant.Exp, r.rec, d.Narrowed)
+	var until int64
+	for _, m := range []*rememberedApproval{r.under, r.started} {
+		if m != nil {
+			until = m.until
+		}
+	}
+	return grantReply(tok, cavs, d.Grant.Exp, r.rec, d.Narrowed, until)
 }
 
 // signFailed answers a grant the signer could not sign, with the signer's
@@ -471,10 +505,11 @@ func (s *Server) signFailed(r *request, err error) error {
 	return &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to sign the grant"}
 }
 
-func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec audit.Record, narrowed []string) (*protocol.Frame, error) {
+func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec audit.Record, narrowed []string, until int64) (*protocol.Frame, error) {
 	res := protocol.GrantResult{Token: tok.Encode(), GrantID: tok.ID(), Expires: exp, Caveats: cavs, Decision: rec.Decision,
 		Rule: rec.DecidedBy.Rule, Approver: rec.DecidedBy.Approver, Channel: rec.DecidedBy.Channel,
-		Strength: rec.DecidedBy.Strength, Narrowed: narrowed, RequestID: rec.RequestID}
+		Strength: rec.DecidedBy.Strength, Narrowed: narrowed, RequestID: rec.RequestID,
+		Remembered: rec.DecidedBy.Remembered, Until: until}
 	return protocol.GrantReplyFrame(&res)
 }
 
@@ -726,7 +761,7 @@ func (s *Server) consent(r *request) (*protocol.Frame, error) {
 	cavs := grant.ConsentCaveats(f.Service, prop.Capability, cr.Hash, exp)
 	r.issued = true
 	r.rec.Kind, r.rec.Issued, r.rec.GrantID, r.rec.Expiry = audit.KindConsent, caveatsJSON(cavs), tok.ID(), exp
-	return grantReply(tok, cavs, exp, r.rec, nil)
+	return grantReply(tok, cavs, exp, r.rec, nil, 0)
 }
 
 // pickProposal finds the proposal the consent names inside a PROPOSALS

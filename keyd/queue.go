@@ -26,6 +26,9 @@ type Approval struct {
 	Weak     bool          // the approver could have been the agent itself
 	Code     protocol.Code // for a refusal: denied, timeout, unavailable
 	Reason   string        // for a refusal: one sentence
+	// Remember, for an approval, is how long the human has it
+	// remembered (issue 24); 0 approves once.
+	Remember time.Duration
 
 	// issued carries, for an approval, how the request then ended: nil
 	// when its grant was issued, else why not (a key service that did not
@@ -265,6 +268,14 @@ func (q *queue) decide(id string, approve bool, match string, a Approval) error 
 		q.mu.Unlock()
 		return &protocol.Error{Code: protocol.CodeForbidden, Message: fmt.Sprintf("request %s needs a strong channel, and an approval from a user who may also act as an agent is weak", id),
 			Fix: "approve it from a paired phone, or as a user that is not an agent"}
+	}
+	if approve && a.Remember > 0 {
+		// Checked before the match code: a refused APPROVE approves
+		// nothing and denies nothing, and tells nothing of the code.
+		if err := checkRemember(it, a); err != nil {
+			q.mu.Unlock()
+			return err
+		}
 	}
 	var err error
 	var issued chan error

@@ -53,6 +53,8 @@ type Server struct {
 	limiter   *policies.Limiter
 	lock      lockState
 	previous  []protocol.PreviousKey
+	// remembered holds the remembered approvals (remembered.go).
+	remembered *rememberStore
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -82,17 +84,18 @@ func newServer(o serverOptions) (*Server, error) {
 		return nil, errors.New("keyd: signer is not an Ed25519 key")
 	}
 	s := &Server{
-		signer:    o.Signer,
-		principal: grant.FormatPublicKey(pub),
-		audit:     o.Audit,
-		logf:      o.Logf,
-		now:       o.Now,
-		peerOf:    o.Identify,
-		queue:     newQueue(),
-		limiter:   policies.NewLimiter(),
-		listeners: map[net.Listener]struct{}{},
-		conns:     map[*conn]struct{}{},
-		identify:  make(chan struct{}, maxIdentifying),
+		signer:     o.Signer,
+		principal:  grant.FormatPublicKey(pub),
+		audit:      o.Audit,
+		logf:       o.Logf,
+		now:        o.Now,
+		peerOf:     o.Identify,
+		queue:      newQueue(),
+		remembered: newRememberStore(),
+		limiter:    policies.NewLimiter(),
+		listeners:  map[net.Listener]struct{}{},
+		conns:      map[*conn]struct{}{},
+		identify:   make(chan struct{}, maxIdentifying),
 	}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
@@ -120,6 +123,7 @@ func (s *Server) swap(cfg *Config, pol *policies.Policy) {
 	if pol != nil {
 		s.policy.Store(pol)
 		s.queue.redecide(pol)
+		s.reloadRemembered(pol)
 	}
 }
 

@@ -94,7 +94,8 @@ func init() {
 		{name: protocol.VerbApprove, role: roleApprover, does: "approve requests", inline: true, refused: audit.KindDecide,
 			handle:  func(s *Server, r *request) (*protocol.Frame, error) { return s.decide(r, true) },
 			summary: "Approve a waiting request with the match code the requester was shown.",
-			params:  map[string]string{"request": "string", "match": "string", "channel?": "terminal|desktop"}},
+			params: map[string]string{"request": "string", "match": "string", "channel?": "terminal|desktop",
+				"remember?": "string — keep approving this request for that long, one of the request's remember choices (2h)"}},
 		{name: protocol.VerbDeny, role: roleApprover, does: "deny requests", inline: true, refused: audit.KindDecide,
 			handle:  func(s *Server, r *request) (*protocol.Frame, error) { return s.decide(r, false) },
 			summary: "Deny a waiting request.", params: map[string]string{"request": "string"}},
@@ -108,6 +109,14 @@ func init() {
 			params:  map[string]string{"reason?": "string — for the audit log"}},
 		{name: protocol.VerbUnlock, role: roleApprover, does: "unlock the daemon", inline: true, handle: (*Server).unlockRequest,
 			summary: "Lift the lock; refused to an approver who may also act as an agent."},
+		// Approvers see and end every remembered approval, an agent its
+		// own (remembered.go checks which, as the role alone cannot).
+		{name: protocol.VerbRemembered, role: roleAny, inline: true, handle: (*Server).rememberedRequest,
+			summary: "List remembered approvals: an approver sees all, an agent its own.",
+			params:  map[string]string{"holder?": "string — your key, for an agent the policy knows by its key"}},
+		{name: protocol.VerbForget, role: roleAny, inline: true, handle: (*Server).forgetRequest,
+			summary: "End a remembered approval at once (an approver, or the agent it serves).",
+			params:  map[string]string{"request": "string — the remembered approval's id", "reason?": "string — for the audit log"}},
 	}
 	verbByName = make(map[string]*verb, len(verbTable))
 	for i := range verbTable {

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"strings"
 
 	"github.com/parley-keyd/parley-keyd/grant"
 )
@@ -47,6 +48,25 @@ type PendingView struct {
 	// remember: present only for a GRANT whose rule allows remembering and
 	// whose Text is whole. An approver offers these and no other.
 	Remember []string `json:"remember,omitempty"`
+}
+
+// The most a desktop notification shows of a request, in lines and
+// characters of its Text: servers cut or scroll longer bodies, so a longer
+// request is not offered for approval there, and the daemon refuses to
+// remember an approval from the desktop of one (FitsNotification).
+const (
+	NotifyLines = 14
+	NotifyChars = 1200
+)
+
+// FitsNotification reports whether v's Text can be shown whole in a
+// desktop notification. A view without a line count is counted here.
+func FitsNotification(v PendingView) bool {
+	lines := v.Lines
+	if lines == 0 {
+		lines = strings.Count(v.Text, "\n") + 1
+	}
+	return lines <= NotifyLines && len(v.Text) <= NotifyChars
 }
 
 // CallerView is who asked, as the kernel and /proc told the daemon.
