@@ -268,7 +268,7 @@ func (s *Server) startRemembered(r *request, agent string, d policies.Decision, 
 	// The policy that decided may have been reloaded while the request
 	// waited: the current one must still allow this length.
 	cur := s.policy.Load()
-	if rem, _, why := cur.RememberAllowed(agent, d.Rule, d.Grant); why != "" || int64(a.Remember/time.Second) > rem {
+	if rem, _, _, why := cur.RememberAllowed(agent, d.Rule, d.Grant); why != "" || int64(a.Remember/time.Second) > rem {
 		if why == "" {
 			why = fmt.Sprintf("the reloaded policy lets it be remembered for at most %s", duration.Format(time.Duration(rem)*time.Second))
 		}
@@ -517,7 +517,11 @@ func (s *Server) endAllRemembered(why string, by *audit.Decider, message, reques
 // no longer covers).
 func (s *Server) reloadRemembered(pol *policies.Policy) {
 	for _, m := range s.remembered.live() {
-		if _, _, why := pol.RememberAllowed(m.agent, m.rule, m.scope); why != "" {
+		_, _, strong, why := pol.RememberAllowed(m.agent, m.rule, m.scope)
+		if why == "" && strong && m.strength != "strong" {
+			why = fmt.Sprintf("rule %q now needs a strong channel, and the approval was weak", m.rule)
+		}
+		if why != "" {
 			s.endRemembered(m, "reloaded", nil, why, "")
 		}
 	}
@@ -530,7 +534,7 @@ func (s *Server) rememberedView(m *rememberedApproval) protocol.RememberedView {
 	issued := m.issued
 	st.mu.Unlock()
 	until := m.until
-	if rem, _, why := s.policy.Load().RememberAllowed(m.agent, m.rule, m.scope); why == "" {
+	if rem, _, _, why := s.policy.Load().RememberAllowed(m.agent, m.rule, m.scope); why == "" {
 		until = min(until, m.started+rem)
 	}
 	cavs := m.cavs

@@ -374,6 +374,16 @@ func TestRememberedEndsOnForgetLockReload(t *testing.T) {
 		t.Errorf("a reload that no longer covers the scope: %+v", r)
 	}
 
+	// A reload that makes the rule strong ends a weak approval (the test's
+	// user is agent and approver, so its approvals are weak).
+	h.reload(t, rememberPolicy)
+	e := remember(t, h, key, "2h", mailScope()...)
+	h.reload(t, strings.Replace(rememberPolicy, `remember = "8h"`, `remember = "8h"`+"\nstrong = true", 1))
+	asks("after a reload that makes the rule strong")
+	if r := ended(e.Remembered); r.Decision != "reloaded" || !strings.Contains(r.Message, "strong") {
+		t.Errorf("a reload to a strong rule: %+v", r)
+	}
+
 	// LOCK.
 	h.reload(t, rememberPolicy)
 	d := remember(t, h, key, "2h", mailScope()...)
@@ -507,21 +517,29 @@ func TestRememberedForgetRace(t *testing.T) {
 func TestRememberedClockSetBack(t *testing.T) {
 	var offset atomic.Int64
 	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	short := strings.Replace(rememberPolicy, `remember = "8h"`, `remember = "3s"`+"\nremember_exp = \"2s\"", 1)
+	short := strings.Replace(rememberPolicy, `remember = "8h"`, `remember = "4s"`+"\nremember_exp = \"4s\"", 1)
 	h := newHarness(t, withPolicy(short), func(c *Config, o *Options) { o.Now = clock })
 	key := newAgentKey(t)
-	a := remember(t, h, key, "3s", mailScope()...)
+	approved := time.Now()
+	a := remember(t, h, key, "4s", mailScope()...)
 	// Back by less than the proof window (±300 s), so proofs still
 	// verify, and than the rate's burst, so that the rate still lets
 	// requests through.
 	offset.Store(int64(-30 * time.Second))
-	if res, asked, err := grantOrAsk(t, h, key, mailScope()...); err == nil && !asked {
-		if res.Expires > clock().Unix()+3 {
-			t.Errorf("after the clock went back: a grant until %d, %ds from the clock's now", res.Expires, res.Expires-clock().Unix())
-		}
+	// 2.5 s after the approval, 1.5 s are left of it: a grant under it
+	// lives no longer, though the wall clock says 31.5 s are left.
+	for time.Since(approved) < 2500*time.Millisecond {
+		time.Sleep(50 * time.Millisecond)
+	}
+	res, asked, err := grantOrAsk(t, h, key, mailScope()...)
+	if err != nil || asked {
+		t.Fatalf("under it, after the clock went back: asked %v, %v", asked, err)
+	}
+	if left := res.Expires - clock().Unix(); left > 2 {
+		t.Errorf("after the clock went back 30s: a grant under it lives %ds more, past the approval's end", left)
 	}
 	waitFor(t, "the approval to end", func() bool { return len(listRemembered(t, h)) == 0 })
-	if res, asked, err := grantOrAsk(t, h, key, mailScope()...); err != nil || !asked {
+	if res, asked, err = grantOrAsk(t, h, key, mailScope()...); err != nil || !asked {
 		t.Fatalf("after its length passed, with the clock set back 30s: asked %v, %v, %+v", asked, err, res)
 	}
 	var expired bool
@@ -646,5 +664,52 @@ func writeStore(t *testing.T, h *harness, f storeFile) {
 	b, _ := json.Marshal(f)
 	if err := os.WriteFile(filepath.Join(h.dir, RememberedFileName), b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRememberedForgetDuringSigning: a grant under a remembered approval
+// is being signed (a slow key service) when the human forgets the
+// approval and is told so. The grant must not leave: it is discarded, and
+// the log says so after the forget record.
+func TestRememberedForgetDuringSigning(t *testing.T) {
+	g := &gateSigner{entered: make(chan struct{}), open: make(chan struct{})}
+	h := rememberHarness(t, func(_ *Config, o *Options) {
+		g.priv = o.Signer.(ed25519.PrivateKey)
+		o.Signer = g
+	})
+	key := newAgentKey(t)
+	a := remember(t, h, key, "2h", mailScope()...)
+	g.armed.Store(true)
+	type out struct {
+		r   *protocol.GrantResult
+		err error
+	}
+	res := make(chan out, 1)
+	go func() {
+		r, err := h.client().Grant(ctxT(t), key, mailScope(), nil)
+		res <- out{r, err}
+	}()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the grant under the approval was not signed")
+	}
+	if err := h.client().Forget(ctxT(t), a.Remembered, "now"); err != nil {
+		t.Fatal(err)
+	}
+	close(g.open)
+	o := <-res
+	if o.err == nil {
+		t.Fatalf("a grant signed before FORGET returned left after it: %+v", o.r)
+	}
+	wantCode(t, o.err, protocol.CodeForbidden)
+	var forgot bool
+	for _, r := range auditRecords(t, h) {
+		if r.Kind == audit.KindForget && r.Remembered != nil && r.Remembered.ID == a.Remembered {
+			forgot = true
+		}
+		if r.Kind == audit.KindIssue && r.DecidedBy != nil && r.DecidedBy.Remembered == a.Remembered && forgot {
+			t.Errorf("issue record after the forget record: %+v", r)
+		}
 	}
 }

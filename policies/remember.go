@@ -38,11 +38,12 @@ func Within(g, scope grant.Request) (ok bool, why string) {
 // RememberAllowed reports whether rule, as this policy has it, still lets
 // agent have an approval of scope remembered: the rule exists, asks, names
 // the agent, allows remembering, and covers scope without cutting it. It
-// returns the rule's remember and remember_exp, or why not. A reload that
-// fails it ends the approvals remembered under that rule.
-func (p *Policy) RememberAllowed(agent, rule string, scope grant.Request) (remember, rememberExp int64, why string) {
+// returns the rule's remember and remember_exp and whether it needs a
+// strong channel, or why not. A reload that fails it ends the approvals
+// remembered under that rule.
+func (p *Policy) RememberAllowed(agent, rule string, scope grant.Request) (remember, rememberExp int64, strong bool, why string) {
 	if p.agentNamed(agent) == nil {
-		return 0, 0, fmt.Sprintf("the policy no longer defines agent %q", agent)
+		return 0, 0, false, fmt.Sprintf("the policy no longer defines agent %q", agent)
 	}
 	for _, u := range p.rules {
 		if u.name != rule {
@@ -50,18 +51,18 @@ func (p *Policy) RememberAllowed(agent, rule string, scope grant.Request) (remem
 		}
 		switch {
 		case u.action != Ask:
-			return 0, 0, fmt.Sprintf("rule %q no longer asks a human", rule)
+			return 0, 0, false, fmt.Sprintf("rule %q no longer asks a human", rule)
 		case !appliesTo(u.agents, agent):
-			return 0, 0, fmt.Sprintf("rule %q no longer applies to agent %q", rule, agent)
+			return 0, 0, false, fmt.Sprintf("rule %q no longer applies to agent %q", rule, agent)
 		case u.remember == 0:
-			return 0, 0, fmt.Sprintf("rule %q no longer allows remembering approvals", rule)
+			return 0, 0, false, fmt.Sprintf("rule %q no longer allows remembering approvals", rule)
 		}
 		s := scope
 		s.Exp, s.Nbf = 0, 0
 		if f := fitRule(u, s, 0); len(f.exceeded) > 0 {
-			return 0, 0, fmt.Sprintf("rule %q no longer covers the remembered request: %s", rule, f.exceeded[0])
+			return 0, 0, false, fmt.Sprintf("rule %q no longer covers the remembered request: %s", rule, f.exceeded[0])
 		}
-		return u.remember, u.rememberExp, ""
+		return u.remember, u.rememberExp, u.strong, ""
 	}
-	return 0, 0, fmt.Sprintf("the policy no longer has rule %q", rule)
+	return 0, 0, false, fmt.Sprintf("the policy no longer has rule %q", rule)
 }

@@ -76,7 +76,7 @@ svc = ["files.example"]
 	if s := p.Allowed(c); s[0].Remember != 8*3600 || s[0].RememberExp != 600 || s[2].Remember != 0 {
 		t.Errorf("summaries: %+v", s)
 	}
-	if r, e, why := p.RememberAllowed("a", "mail", grant.Request{Svc: []string{"mail.example"}, Can: []string{"mail.read"}}); r != 8*3600 || e != 600 || why != "" {
+	if r, e, _, why := p.RememberAllowed("a", "mail", grant.Request{Svc: []string{"mail.example"}, Can: []string{"mail.read"}}); r != 8*3600 || e != 600 || why != "" {
 		t.Errorf("RememberAllowed(mail) = %d %d %q", r, e, why)
 	}
 	for rule, scope := range map[string]grant.Request{
@@ -84,7 +84,7 @@ svc = ["files.example"]
 		"mail":  {Svc: []string{"mail.example"}, Can: []string{"calendar.*"}}, // no longer covered
 		"gone":  {Svc: []string{"mail.example"}},
 	} {
-		if r, _, why := p.RememberAllowed("a", rule, scope); r != 0 || why == "" {
+		if r, _, _, why := p.RememberAllowed("a", rule, scope); r != 0 || why == "" {
 			t.Errorf("RememberAllowed(%s, %+v) = %d %q, want a refusal", rule, scope, r, why)
 		}
 	}
