@@ -237,7 +237,7 @@ func TestHelloManifest(t *testing.T) {
 	for _, v := range m.Verbs {
 		names = append(names, v.Name)
 	}
-	if got := strings.Join(names, " "); got != "HELLO GRANT EXPLAIN CONSENT PENDING APPROVE DENY WATCH AUDIT LOCK UNLOCK" {
+	if got := strings.Join(names, " "); got != "HELLO GRANT EXPLAIN CONSENT PENDING APPROVE DENY WATCH AUDIT LOCK UNLOCK REMEMBERED FORGET" {
 		t.Errorf("verbs = %s", got)
 	}
 }
