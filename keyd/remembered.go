@@ -1,6 +1,7 @@
 package keyd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -727,4 +728,23 @@ func rememberedFromRecord(rec *audit.Record) (*rememberedApproval, error) {
 	}
 	m.text = rememberedText(m)
 	return m, nil
+}
+
+// Remembered lists the remembered approvals, for the phone page (an
+// approver: it sees all of them).
+func (s *Server) Remembered() []protocol.RememberedView {
+	out := []protocol.RememberedView{}
+	for _, m := range s.remembered.live() {
+		out = append(out, s.rememberedView(m))
+	}
+	return out
+}
+
+// Forget ends the remembered approval id for the paired phone named
+// device: the phone page's Forget button, through the pipeline as a FORGET
+// from that device, and audited as one.
+func (s *Server) Forget(id, device, reason string) error {
+	_, err := s.Handle(context.Background(), phoneCaller(device),
+		&protocol.Frame{Verb: protocol.VerbForget, Request: id, Reason: reason}, nil)
+	return err
 }

@@ -713,3 +713,28 @@ func TestRememberedForgetDuringSigning(t *testing.T) {
 		}
 	}
 }
+
+// TestRememberedPhoneForget: the phone page lists remembered approvals and
+// its Forget button ends one, audited as the device's FORGET.
+func TestRememberedPhoneForget(t *testing.T) {
+	h := rememberHarness(t)
+	a := remember(t, h, newAgentKey(t), "1h", mailScope()...)
+	if l := h.srv.Remembered(); len(l) != 1 || l[0].ID != a.Remembered {
+		t.Fatalf("phone list %+v", l)
+	}
+	if err := h.srv.Forget(a.Remembered, "pixel", "from the phone"); err != nil {
+		t.Fatal(err)
+	}
+	if l := h.srv.Remembered(); len(l) != 0 {
+		t.Fatalf("after the phone's Forget: %+v", l)
+	}
+	var found bool
+	for _, r := range auditRecords(t, h) {
+		if r.Kind == audit.KindForget && r.DecidedBy != nil && r.DecidedBy.Channel == "phone" && r.DecidedBy.Approver == "phone:pixel" {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no forget record from the phone")
+	}
+}
