@@ -290,6 +290,15 @@ func (s *Server) startRemembered(r *request, agent string, d policies.Decision, 
 		DecidedBy:  &audit.Decider{Rule: d.Rule, Approver: a.Approver, Channel: a.Channel, Strength: m.strength},
 		Remembered: &audit.Remembered{ID: m.id, Agent: agent, UID: m.uid, Rule: d.Rule, Until: m.until, Slice: m.slice},
 		Message:    fmt.Sprintf("approved for %s: grants within it are issued at once, each for %s", duration.Format(a.Remember), fmtSeconds(m.slice))}
+	// Attack: an approval a moment before the human pressed Stop. LOCK
+	// ends every remembered approval after it set the lock, with the lock
+	// held for writing; this one is kept with it held for reading, so it
+	// either sees the lock and is refused or is kept before LOCK ends all.
+	s.lock.mu.RLock()
+	defer s.lock.mu.RUnlock()
+	if st := s.lock.cur; st != nil {
+		return nil, lockedError(*st)
+	}
 	seq, err := s.audit.Append(rec)
 	if err != nil {
 		s.logf("audit append failed for remember %s: %v", m.id, err)

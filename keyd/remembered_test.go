@@ -738,3 +738,21 @@ func TestRememberedPhoneForget(t *testing.T) {
 		t.Error("no forget record from the phone")
 	}
 }
+
+// TestRememberedRateStillApplies: grants under a remembered approval count
+// against the agent's rate like any request.
+func TestRememberedRateStillApplies(t *testing.T) {
+	h := newHarness(t, withPolicy(strings.Replace(rememberPolicy, "rate = 100000", "rate = 8", 1)))
+	key := newAgentKey(t)
+	remember(t, h, key, "1h", mailScope()...)
+	c := h.client()
+	for i := 0; i < 12; i++ {
+		_, err := c.Grant(ctxT(t), key, mailScope(), nil)
+		if err == nil {
+			continue
+		}
+		wantCode(t, err, protocol.CodeLimit)
+		return
+	}
+	t.Fatal("12 grants under a remembered approval in a row, at a rate of 8 a minute, were all issued")
+}
