@@ -10,19 +10,26 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/keyd/client"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
 
 func newApproveCmd() *cobra.Command {
-	var code string
+	var code, remember string
 	cmd := &cobra.Command{
-		Use:   "approve ID [--code NN]",
+		Use:   "approve ID [--code NN] [--remember 2h]",
 		Short: "Approve a waiting request after confirming its match code",
 		Long: `approve shows the request as the daemon rendered it, then asks for the match
 code that the requesting terminal shows. A wrong code denies the request: if
-the codes differ, another request may be racing the one you expect.`,
+the codes differ, another request may be racing the one you expect.
+
+With --remember (one of the lengths the request offers, as "parley-grant
+pending" lists them), the daemon keeps approving this same request for that
+long: the same agent and user get grants within exactly what you approved at
+once, each living a few minutes. See them with parley-grant remembered, end
+one at any time with parley-grant forget ID.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeRequest,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -41,6 +48,13 @@ the codes differ, another request may be racing the one you expect.`,
 				return &exitError{code: exitFail, err: fmt.Errorf("no pending request %q", id), hint: "list waiting requests with: parley-grant pending"}
 			}
 			v := list[i]
+			if remember != "" {
+				// Checked before the request is shown or a code asked
+				// for: nothing is approved with a length not offered.
+				if remember, err = rememberChoice(v, remember); err != nil {
+					return err
+				}
+			}
 			if !slices.Contains(v.Channels, "terminal") {
 				// The daemon would refuse it (forbidden): say where
 				// it may be approved before asking for any code.
@@ -75,14 +89,20 @@ the codes differ, another request may be racing the one you expect.`,
 				}
 				code = strings.TrimSpace(line)
 			}
-			if err := c.Approve(ctx, id, code, "terminal"); err != nil {
+			if err := c.ApproveWith(ctx, id, code, "terminal", client.ApproveOptions{Remember: remember}); err != nil {
 				return daemonError(err)
+			}
+			if remember != "" {
+				fmt.Fprintf(os.Stderr, "parley-grant: approved %s, remembered for %s: the same request from the same agent and user is approved at once until then\n", id, rememberWords(remember))
+				fmt.Fprintln(os.Stderr, "parley-grant: see it with: parley-grant remembered   end it with: parley-grant forget ID")
+				return nil
 			}
 			fmt.Fprintf(os.Stderr, "parley-grant: approved %s\n", id)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&code, "code", "", "the match code (else asked on the terminal)")
+	cmd.Flags().StringVar(&remember, "remember", "", "keep approving this same request for this long: one of the lengths it offers (see parley-grant pending)")
 	return cmd
 }
 

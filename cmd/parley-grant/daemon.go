@@ -47,7 +47,7 @@ func addDaemonCommands(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&daemonUserFlag, "daemon-user", "", "the user parley-keyd runs as; a socket served by anyone else but root or you is refused (default $"+protocol.DaemonUserEnv+", else "+protocol.DefaultDaemonUser+")")
 	root.PersistentFlags().Var(&startTimeout, "start-timeout", "how long the daemon has to answer a connection's first request before it is taken as not starting")
 	root.AddCommand(newIssueCmd(), newRunCmd(), newConsentCmd(), newExplainCmd(), newStatusCmd(),
-		newPendingCmd(), newApproveCmd(), newDenyCmd(), newAuditCmd(), newLockCmd(), newUnlockCmd())
+		newPendingCmd(), newApproveCmd(), newDenyCmd(), newRememberedCmd(), newForgetCmd(), newAuditCmd(), newLockCmd(), newUnlockCmd())
 	root.AddCommand(newApproverCmd())
 	root.AddCommand(newMCPCmd(), newGendocsCmd())
 }

@@ -43,8 +43,11 @@ Example:
 				return printJSON(res)
 			}
 			how := "by policy rule " + fmt.Sprintf("%q", res.Rule)
-			if res.Decision == "ask" {
+			switch res.Decision {
+			case "ask":
 				how = fmt.Sprintf("approved by %s over the %s (%s)", res.Approver, res.Channel, res.Strength)
+			case "remembered":
+				how = fmt.Sprintf("under remembered approval %s (until %s)", res.Remembered, time.Unix(res.Until, 0).UTC().Format(time.RFC3339))
 			}
 			fmt.Fprintf(os.Stderr, "parley-grant: issued grant %s, %s, expires %s\n", res.GrantID, how,
 				time.Unix(res.Expires, 0).UTC().Format(time.RFC3339))

@@ -73,6 +73,9 @@ func printPendingTo(w io.Writer, v protocol.PendingView) {
 	}
 	if slices.Contains(v.Channels, "terminal") {
 		fmt.Fprintf(w, "Approve with: parley-grant approve %s   Deny with: parley-grant deny %s\n", v.ID, v.ID)
+		if len(v.Remember) > 0 {
+			fmt.Fprintf(w, "Or keep approving it for a while: parley-grant approve %s --remember LENGTH, LENGTH one of %s\n", v.ID, lens.SafeText(strings.Join(v.Remember, ", "), 200))
+		}
 	} else {
 		// Say where it may be approved instead of offering a command
 		// the daemon would refuse.
