@@ -156,6 +156,7 @@ func newMCPServer(keyPath string) *mcp.Server {
 		Description: "Sign the proof of possession that must go with grants in a Parley request (§6.5), with this " +
 			"agent's key: {key, ts, sig}, accepted for 300 s. aud is the service id. target depends on verb: " +
 			"COMMIT the proposal hash; UNDO the receipt id; ASK and INTENT the capability; EXPAND the handle."}, t.proof)
+	addRememberedTools(s, t, readOnly)
 	s.AddReceivingMiddleware(guardToolCalls)
 	return s
 }
@@ -373,12 +374,15 @@ type grantOutput struct {
 	ExpiresAt string   `json:"expires_at,omitempty" jsonschema:"RFC 3339, UTC"`
 	Caveats   []any    `json:"caveats,omitempty" jsonschema:"the caveats as signed (§6.3)"`
 	Allows    []string `json:"allows,omitempty" jsonschema:"the caveats in words"`
-	Decision  string   `json:"decision,omitempty" jsonschema:"auto (by policy) or ask (a human approved)"`
+	Decision  string   `json:"decision,omitempty" jsonschema:"auto (by policy), ask (a human approved) or remembered (a human approved this request earlier, for a while)"`
 	Rule      string   `json:"rule,omitempty"`
 	Approver  string   `json:"approver,omitempty"`
 	Channel   string   `json:"channel,omitempty"`
 	Strength  string   `json:"strength,omitempty" jsonschema:"strong or weak approval"`
 	Narrowed  []string `json:"narrowed,omitempty" jsonschema:"what the policy cut from the request"`
+	// Under a remembered approval.
+	Remembered string `json:"remembered,omitempty" jsonschema:"decision remembered: the remembered approval it was issued under (see parley_remembered)"`
+	Until      int64  `json:"until,omitempty" jsonschema:"decision remembered: unix seconds at which that approval ends; ask again before expires for a fresh grant until then"`
 }
 
 // newGrantOutput is the result for an issued grant; ev is the request's
@@ -387,7 +391,8 @@ func newGrantOutput(res *protocol.GrantResult, ev *protocol.Event) grantOutput {
 	out := grantOutput{Status: statusIssued, Token: res.Token, GrantID: res.GrantID, Expires: res.Expires,
 		ExpiresAt: time.Unix(res.Expires, 0).UTC().Format(time.RFC3339), Caveats: caveatList(res.Caveats),
 		Allows: caveatWords(res.Caveats), Decision: res.Decision, Rule: res.Rule, Approver: res.Approver,
-		Channel: res.Channel, Strength: res.Strength, Narrowed: res.Narrowed, Request: res.RequestID}
+		Channel: res.Channel, Strength: res.Strength, Narrowed: res.Narrowed, Request: res.RequestID,
+		Remembered: res.Remembered, Until: res.Until}
 	if ev != nil {
 		out.MatchCode = ev.Code
 	}
@@ -396,8 +401,12 @@ func newGrantOutput(res *protocol.GrantResult, ev *protocol.Event) grantOutput {
 
 func (o grantOutput) text(what string) string {
 	how := fmt.Sprintf("issued at once by policy rule %q", o.Rule)
-	if o.Decision == "ask" {
+	switch o.Decision {
+	case "ask":
 		how = fmt.Sprintf("approved by %s on the %s (%s approval, match code %s)", o.Approver, o.Channel, o.Strength, o.MatchCode)
+	case "remembered":
+		how = fmt.Sprintf("issued at once under remembered approval %s, which ends %s (ask again before this grant expires)",
+			o.Remembered, time.Unix(o.Until, 0).UTC().Format(time.RFC3339))
 	}
 	s := fmt.Sprintf("%s %s, %s; expires %s.\nIt allows: %s.\n", what, o.GrantID, how, o.ExpiresAt, strings.Join(o.Allows, "; "))
 	if len(o.Narrowed) > 0 {

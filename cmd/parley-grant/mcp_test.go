@@ -27,8 +27,9 @@ import (
 )
 
 // mcpToolNames are the tools the MCP binding offers, and all of them: none
-// approves, denies or lists pending requests, which are the human's.
-var mcpToolNames = []string{"parley_attenuate", "parley_explain", "parley_inspect", "parley_proof",
+// approves, denies or lists pending requests, or starts a remembered
+// approval, which are the human's.
+var mcpToolNames = []string{"parley_attenuate", "parley_explain", "parley_forget", "parley_inspect", "parley_proof", "parley_remembered",
 	"parley_request_consent", "parley_request_grant", "parley_status", "parley_wait", "parley_withdraw"}
 
 // mcpSession is the Go SDK's client connected in process to the server that
