@@ -12,6 +12,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/keyd/client"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+	"github.com/parley-keyd/parley-keyd/notify/desktop"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -93,7 +94,7 @@ one at any time with parley-grant forget ID.`,
 				return daemonError(err)
 			}
 			if remember != "" {
-				fmt.Fprintf(os.Stderr, "parley-grant: approved %s, remembered for %s: the same request from the same agent and user is approved at once until then\n", id, rememberWords(remember))
+				fmt.Fprintf(os.Stderr, "parley-grant: approved %s, remembered for %s: the same request from the same agent and user is approved at once until then\n", id, desktop.RememberWords(remember))
 				fmt.Fprintln(os.Stderr, "parley-grant: see it with: parley-grant remembered   end it with: parley-grant forget ID")
 				return nil
 			}

@@ -54,24 +54,6 @@ func notRememberedWhy(v protocol.PendingView) string {
 	return "its policy rule does not allow remembering"
 }
 
-// rememberWords is a remember choice for a sentence and a button:
-// "2 h", "15 min".
-func rememberWords(choice string) string {
-	d, err := duration.Parse(choice)
-	if err != nil {
-		return choice
-	}
-	switch {
-	case d >= 24*time.Hour && d%(24*time.Hour) == 0:
-		return fmt.Sprintf("%d d", d/(24*time.Hour))
-	case d >= time.Hour && d%time.Hour == 0:
-		return fmt.Sprintf("%d h", d/time.Hour)
-	case d >= time.Minute && d%time.Minute == 0:
-		return fmt.Sprintf("%d min", d/time.Minute)
-	}
-	return duration.Format(d)
-}
-
 func newRememberedCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{

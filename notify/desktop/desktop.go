@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/notify"
 
 	"github.com/parley-keyd/parley-keyd/keyd/client"
@@ -287,6 +288,24 @@ type Decider interface {
 
 var _ Decider = (*client.Client)(nil)
 
+// RememberDecider is a Decider that can also approve with remember (issue
+// 24): *client.Client. An approver whose Decider is not one offers no
+// "Approve for …" action.
+type RememberDecider interface {
+	ApproveWith(ctx context.Context, id, match, channel string, o client.ApproveOptions) error
+}
+
+var _ RememberDecider = (*client.Client)(nil)
+
+// RememberActionPrefix starts the action key of an "Approve for …" button:
+// "remember-2h". Choosing it shows the request again with the codes, which
+// then approve it with that remember.
+const RememberActionPrefix = "remember-"
+
+// rememberPattern is what a remember choice looks like ("15m", "2h",
+// "1h30m"); it becomes part of an action key.
+var rememberPattern = regexp.MustCompile(`^[0-9][0-9a-z]{0,15}$`)
+
 // Screen is where the approver shows notifications: *Desktop.
 type Screen interface {
 	Notify(n Notification) (uint32, error)
@@ -343,9 +362,14 @@ type shownRequest struct {
 	// offered are the match codes the notification offered as actions:
 	// none when it was too long to show whole.
 	offered []string
-	notify  uint32
-	image   string
-	timer   *time.Timer
+	// remembers are the remember choices the notification offered as
+	// "Approve for …" actions; remember is the one chosen, which the codes
+	// of this notification then approve with.
+	remembers []string
+	remember  string
+	notify    uint32
+	image     string
+	timer     *time.Timer
 }
 
 type approverMsg struct {
@@ -490,14 +514,28 @@ func (a *Approver) show(v protocol.PendingView) {
 		// code to approve it with: only Deny.
 		actions = actions[:0]
 	}
-	actions = append(actions, Action{Key: DenyAction, Label: "Deny"})
-
 	r := &shownRequest{view: v}
 	for _, act := range actions {
-		if act.Key != DenyAction {
-			r.offered = append(r.offered, act.Key)
+		r.offered = append(r.offered, act.Key)
+	}
+	if _, ok := a.d.(RememberDecider); ok && len(r.offered) > 0 && v.Kind == "grant" {
+		// "Approve for 2 h" beside the codes, only for what the daemon
+		// offers to remember (a GRANT shown whole under a rule that
+		// allows it). It approves nothing itself: it shows the request
+		// again, and a code there approves it with that remember.
+		for _, c := range v.Remember {
+			if !rememberPattern.MatchString(c) || slices.Contains(r.remembers, c) {
+				a.opts.Logf("request %s came with a malformed remember choice; not offered", v.ID)
+				r.remembers = nil
+				break
+			}
+			r.remembers = append(r.remembers, c)
+		}
+		for _, c := range r.remembers {
+			actions = append(actions, Action{Key: RememberActionPrefix + c, Label: "Approve for " + RememberWords(c)})
 		}
 	}
+	actions = append(actions, Action{Key: DenyAction, Label: "Deny"})
 	if v.Link != "" && a.opts.QRDir != "" {
 		img, err := writeQRImage(a.opts.QRDir, v.ID, v.Link)
 		if err != nil {
@@ -508,7 +546,7 @@ func (a *Approver) show(v protocol.PendingView) {
 	}
 	n := Notification{
 		Summary: plainSummary(v.Title),
-		Body:    a.body(v),
+		Body:    a.body(v, r),
 		Actions: actions,
 		Urgency: UrgencyCritical,
 		Expire:  0,
@@ -516,6 +554,12 @@ func (a *Approver) show(v protocol.PendingView) {
 	if r.image != "" {
 		n.ImagePath = (&url.URL{Scheme: "file", Path: r.image}).String()
 	}
+	a.present(r, n)
+}
+
+// present shows n for r and keeps r until the request ends or is decided.
+func (a *Approver) present(r *shownRequest, n Notification) {
+	v := r.view
 	id, err := a.s.Notify(n)
 	if err != nil {
 		a.opts.Logf("request %s: %v", v.ID, err)
@@ -558,14 +602,20 @@ func fitsNotification(v protocol.PendingView) bool {
 // body is what the notification says: the daemon's rendering, made safe for
 // display once more (defence in depth: it already is), then escaped for
 // servers that parse markup.
-func (a *Approver) body(v protocol.PendingView) string {
+func (a *Approver) body(v protocol.PendingView, r *shownRequest) string {
 	var b strings.Builder
 	if a.opts.Weak {
 		b.WriteString(WeakLine + "\n")
 	}
+	if r.remember != "" {
+		fmt.Fprintf(&b, "Approving for %s: until then the same request from the same agent and user is approved at once.\n", RememberWords(r.remember))
+	}
 	if fitsNotification(v) {
 		b.WriteString(strings.TrimRight(lens.SafeLines(v.Text, 0), "\n"))
 		b.WriteString("\nChoose the code shown where the agent asked. A wrong code denies the request.")
+		if len(r.remembers) > 0 {
+			b.WriteString("\nOr choose \"Approve for …\" to keep approving this same request for that long; the codes follow.")
+		}
 	} else {
 		fmt.Fprintf(&b, "%s\n", lens.SafeText(v.Summary, 0))
 		fmt.Fprintf(&b, "This request is %d lines long, more than a notification shows whole, so it cannot be approved here.\n", v.Lines)
@@ -600,12 +650,29 @@ func (a *Approver) event(ctx context.Context, ev Event) {
 		if err == nil {
 			a.opts.Logf("request %s denied on the desktop", id)
 		}
+	case strings.HasPrefix(ev.Action, RememberActionPrefix) && slices.Contains(r.remembers, strings.TrimPrefix(ev.Action, RememberActionPrefix)):
+		// "Approve for 2 h" approves nothing yet: the request comes back
+		// with its codes, which then approve it with that remember.
+		a.forget(r, true)
+		a.showRemember(r.view, r.offered, strings.TrimPrefix(ev.Action, RememberActionPrefix))
+		return
 	case slices.Contains(r.offered, ev.Action):
 		// Only a code the notification offered approves: a request shown
 		// with Deny only (too long to show whole, property 8) is never
 		// approved here, whatever action the server reports.
 		// Each notification decides once: a second click finds it gone.
 		a.forget(r, true)
+		if rd, ok := a.d.(RememberDecider); ok && r.remember != "" {
+			err = a.decide(ctx, func(ctx context.Context) error {
+				return rd.ApproveWith(ctx, id, ev.Action, DesktopChannel, client.ApproveOptions{Remember: r.remember})
+			})
+			if err == nil {
+				a.opts.Logf("request %s approved on the desktop, remembered for %s", id, r.remember)
+				a.followUp(fmt.Sprintf("Request %s approved and remembered for %s. See remembered approvals with: parley-grant remembered; end one at any time with: parley-grant forget ID",
+					id, RememberWords(r.remember)))
+			}
+			break
+		}
 		err = a.decide(ctx, func(ctx context.Context) error { return a.d.Approve(ctx, id, ev.Action, DesktopChannel) })
 		if err == nil {
 			a.opts.Logf("request %s approved on the desktop", id)
@@ -627,6 +694,43 @@ func (a *Approver) event(ctx context.Context, ev Event) {
 	}
 	a.opts.Logf("request %s: %v", id, err)
 	a.followUp(msg)
+}
+
+// showRemember shows request v again after "Approve for …" was chosen: the
+// same rendering with the codes it offered and Deny, each code approving it
+// with remember.
+func (a *Approver) showRemember(v protocol.PendingView, codes []string, remember string) {
+	r := &shownRequest{view: v, offered: codes, remember: remember}
+	actions := make([]Action, 0, len(codes)+1)
+	for _, c := range codes {
+		actions = append(actions, Action{Key: c, Label: "Code " + c})
+	}
+	actions = append(actions, Action{Key: DenyAction, Label: "Deny"})
+	a.present(r, Notification{
+		Summary: plainSummary("For " + RememberWords(remember) + ": " + v.Title),
+		Body:    a.body(v, r),
+		Actions: actions,
+		Urgency: UrgencyCritical,
+		Expire:  0,
+	})
+}
+
+// RememberWords is a remember choice for a button: "2 h", "15 min", "1 d";
+// a length it cannot read stays as it is.
+func RememberWords(choice string) string {
+	d, err := duration.Parse(choice)
+	if err != nil || d <= 0 {
+		return choice
+	}
+	switch {
+	case d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%d d", d/(24*time.Hour))
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d h", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%d min", d/time.Minute)
+	}
+	return duration.Format(d)
 }
 
 func (a *Approver) decide(ctx context.Context, call func(context.Context) error) error {

@@ -110,6 +110,118 @@ func (d *fakeDecider) Deny(ctx context.Context, id, channel string) error {
 	return d.err
 }
 
+// rememberDecider is a fakeDecider that approves with remember too.
+type rememberDecider struct{ fakeDecider }
+
+func (d *rememberDecider) ApproveWith(ctx context.Context, id, match, channel string, o client.ApproveOptions) error {
+	d.calls <- decision{"approve for " + o.Remember, id, match, channel}
+	return d.err
+}
+
+// actionKeys are the keys of a notification's actions.
+func actionKeys(n desktop.Notification) []string {
+	var out []string
+	for _, a := range n.Actions {
+		out = append(out, a.Key)
+	}
+	return out
+}
+
+// TestApproverRemember: "Approve for …" actions appear only for a grant
+// the daemon offers to remember, shown whole, with a decider that can
+// remember; choosing one approves nothing and shows the codes again, and a
+// code there approves with that remember. A remember action the
+// notification did not offer decides nothing.
+func TestApproverRemember(t *testing.T) {
+	offer := func(v *protocol.PendingView) { v.Remember = []string{"15m", "1h", "2h"} }
+	t.Run("ok/approve-for-2h", func(t *testing.T) {
+		s := newFakeScreen(false)
+		d := &rememberDecider{fakeDecider{calls: make(chan decision, 4)}}
+		a := startApprover(t, s, d, desktop.ApproverOptions{})
+		a.Pending(view("r_a", offer))
+		n := s.expect(t, "notify")
+		want := []string{"31", "47", "82", "remember-15m", "remember-1h", "remember-2h", "deny"}
+		if diff := cmp.Diff(want, actionKeys(n.n)); diff != "" {
+			t.Fatalf("actions (-want +got):\n%s", diff)
+		}
+		if n.n.Actions[5].Label != "Approve for 2 h" || n.n.Actions[3].Label != "Approve for 15 min" {
+			t.Errorf("labels %+v", n.n.Actions)
+		}
+		s.events <- desktop.Event{ID: n.id, Action: "remember-2h"}
+		s.expect(t, "close")
+		again := s.expect(t, "notify")
+		if diff := cmp.Diff([]string{"31", "47", "82", "deny"}, actionKeys(again.n)); diff != "" {
+			t.Fatalf("second notification's actions (-want +got):\n%s", diff)
+		}
+		if !strings.HasPrefix(again.n.Body, "Approving for 2 h:") || !strings.HasPrefix(again.n.Summary, "For 2 h: ") {
+			t.Errorf("second notification %q / %q", again.n.Summary, again.n.Body)
+		}
+		select {
+		case c := <-d.calls:
+			t.Fatalf("Approve for 2 h decided %+v before a code was chosen", c)
+		default:
+		}
+		s.events <- desktop.Event{ID: again.id, Action: "47"}
+		s.expect(t, "close")
+		select {
+		case got := <-d.calls:
+			if diff := cmp.Diff(decision{"approve for 2h", "r_a", "47", "desktop"}, got); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+		case <-time.After(wait):
+			t.Fatal("no decision")
+		}
+		if f := s.expect(t, "notify"); !strings.Contains(f.n.Body, "remembered for 2 h") || !strings.Contains(f.n.Body, "parley-grant forget") {
+			t.Errorf("follow-up %q", f.n.Body)
+		}
+	})
+	t.Run("ok/a-code-approves-once", func(t *testing.T) {
+		s := newFakeScreen(false)
+		d := &rememberDecider{fakeDecider{calls: make(chan decision, 4)}}
+		a := startApprover(t, s, d, desktop.ApproverOptions{})
+		a.Pending(view("r_a", offer))
+		s.events <- desktop.Event{ID: s.expect(t, "notify").id, Action: "31"}
+		s.expect(t, "close")
+		if got := <-d.calls; got != (decision{"approve", "r_a", "31", "desktop"}) {
+			t.Errorf("decision %+v", got)
+		}
+	})
+	for _, tt := range []struct {
+		name string
+		d    desktop.Decider
+		mod  func(*protocol.PendingView)
+	}{
+		{"skip/not-offered-by-the-daemon", &rememberDecider{fakeDecider{calls: make(chan decision, 4)}}, func(*protocol.PendingView) {}},
+		{"skip/too-long-to-show-whole", &rememberDecider{fakeDecider{calls: make(chan decision, 4)}}, func(v *protocol.PendingView) {
+			offer(v)
+			v.Text = strings.Repeat("  - a line\n", 20)
+			v.Lines = 20
+		}},
+		{"skip/consent", &rememberDecider{fakeDecider{calls: make(chan decision, 4)}}, func(v *protocol.PendingView) { offer(v); v.Kind = "consent" }},
+		{"skip/malformed-choice", &rememberDecider{fakeDecider{calls: make(chan decision, 4)}}, func(v *protocol.PendingView) { v.Remember = []string{"2h", "default"} }},
+		{"skip/decider-cannot-remember", &fakeDecider{calls: make(chan decision, 4)}, offer},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newFakeScreen(false)
+			a := startApprover(t, s, tt.d, desktop.ApproverOptions{})
+			a.Pending(view("r_a", tt.mod))
+			n := s.expect(t, "notify")
+			for _, k := range actionKeys(n.n) {
+				if strings.HasPrefix(k, desktop.RememberActionPrefix) {
+					t.Fatalf("offers %s: %v", k, actionKeys(n.n))
+				}
+			}
+			// A remember action the server reports but the notification
+			// never offered decides nothing and shows nothing.
+			s.events <- desktop.Event{ID: n.id, Action: "remember-2h"}
+			a.Pending(view("r_barrier"))
+			if got := s.expect(t, "notify").n.Body; !strings.Contains(got, "r_barrier") {
+				t.Errorf("shown %q, want the barrier request", got)
+			}
+		})
+	}
+}
+
 func view(id string, mods ...func(*protocol.PendingView)) protocol.PendingView {
 	v := protocol.PendingView{
 		ID: id, Kind: "grant", Title: "tester asks for a grant",
@@ -498,6 +610,16 @@ max_exp = "1h"
 channels = ["terminal", "desktop", "phone"]
 
 [[rule]]
+name = "remember-desktop"
+agents = ["*"]
+action = "ask"
+svc = ["remember.example"]
+max_exp = "1h"
+channels = ["terminal", "desktop"]
+remember = "2h"
+remember_exp = "10m"
+
+[[rule]]
 name = "ask-desktop"
 agents = ["*"]
 action = "ask"
@@ -742,6 +864,55 @@ func TestDesktopWithDunst(t *testing.T) {
 		if len(h) == 0 || !strings.Contains(h[0].Body, "was denied: the code you chose did not match") {
 			t.Errorf("newest history entry %+v, want the denial note", h)
 		}
+	})
+
+	run("ok/approve-for-2h-through-dunst", func(t *testing.T) {
+		a := askGrant(t, agent, grant.Svc("remember.example"), grant.Can("mail.read"))
+		s.WaitDisplayed(t, 1)
+		menu := menuEntries(t, s.Choose(t, ""))
+		for _, k := range []string{a.ev.Code, "deny", "remember-15m", "remember-1h", "remember-2h"} {
+			if _, ok := menu[k]; !ok {
+				t.Fatalf("menu %q has no %s", menu, k)
+			}
+		}
+		if e := menu["remember-2h"]; !strings.HasPrefix(e, "#Approve for 2 h (") {
+			t.Errorf("menu entry %q", e)
+		}
+		s.Screenshot(t, "remember-offered")
+		// "Approve for 2 h" approves nothing: the request comes back with
+		// its codes.
+		s.Choose(t, "remember-2h")
+		s.WaitDisplayed(t, 1)
+		menu = menuEntries(t, s.Choose(t, ""))
+		if _, ok := menu["remember-2h"]; ok || len(menu) != 4 {
+			t.Fatalf("after Approve for 2 h the menu offers %q, want the three codes and deny", menu)
+		}
+		if list, err := terminal.Pending(context.Background()); err != nil || len(list) != 1 {
+			t.Fatalf("choosing Approve for 2 h decided something: pending %+v, %v", list, err)
+		}
+		s.Screenshot(t, "remember-codes")
+		s.Choose(t, a.ev.Code)
+		if r := a.result(t); r.err != nil || r.g.Channel != "desktop" {
+			t.Fatalf("the agent got %+v, want a grant approved on the desktop", r)
+		}
+		// The same request again is issued at once under it.
+		_, key, _ := ed25519.GenerateKey(rand.Reader)
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		g, err := agent.Grant(ctx, key, []grant.Caveat{grant.Svc("remember.example"), grant.Can("mail.read")}, func(e protocol.Event) {
+			t.Errorf("the remembered request waits for a human: %+v", e)
+		})
+		if err != nil || g.Decision != "remembered" {
+			t.Fatalf("under the remembered approval: %+v, %v", g, err)
+		}
+		list, err := terminal.Remembered(context.Background())
+		if err != nil || len(list) != 1 || list[0].Channel != "desktop" {
+			t.Fatalf("remembered: %+v, %v", list, err)
+		}
+		if err := terminal.Forget(context.Background(), list[0].ID, "test done"); err != nil {
+			t.Fatal(err)
+		}
+		s.CloseAll(t)
 	})
 
 	run("ok/deny-button", func(t *testing.T) {
