@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/notify"
 
 	"github.com/parley-keyd/parley-keyd/keyd/client"
@@ -715,23 +714,8 @@ func (a *Approver) showRemember(v protocol.PendingView, codes []string, remember
 	})
 }
 
-// RememberWords is a remember choice for a button: "2 h", "15 min", "1 d";
-// a length it cannot read stays as it is.
-func RememberWords(choice string) string {
-	d, err := duration.Parse(choice)
-	if err != nil || d <= 0 {
-		return choice
-	}
-	switch {
-	case d%(24*time.Hour) == 0:
-		return fmt.Sprintf("%d d", d/(24*time.Hour))
-	case d%time.Hour == 0:
-		return fmt.Sprintf("%d h", d/time.Hour)
-	case d%time.Minute == 0:
-		return fmt.Sprintf("%d min", d/time.Minute)
-	}
-	return duration.Format(d)
-}
+// RememberWords is notify.RememberWords.
+func RememberWords(choice string) string { return notify.RememberWords(choice) }
 
 func (a *Approver) decide(ctx context.Context, call func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, a.opts.Timeout)

@@ -18,7 +18,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parley-keyd/parley-keyd/internal/duration"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+	"github.com/parley-keyd/parley-keyd/notify"
 )
 
 // Requests is what the phone page needs from the daemon.
@@ -29,6 +31,15 @@ type Requests interface {
 	// device, with the match code the human typed. The daemon records the
 	// decision as made on the phone channel.
 	Decide(id string, approve bool, match, device string) error
+}
+
+// Remembering is what the phone page needs from the daemon for remembered
+// approvals (issue 24): approving with remember, listing them, ending one,
+// each as the paired device named device. A page without it offers none.
+type Remembering interface {
+	DecideRemember(id, match, device, remember string) error
+	Remembered(device string) ([]protocol.RememberedView, error)
+	Forget(id, reason, device string) error
 }
 
 // Options configure a Phone.
@@ -54,6 +65,10 @@ type Options struct {
 	// red, or "": the daemon's audit log failed verification and it
 	// issues nothing until an admin acknowledges the damage.
 	Alert func() string
+	// Remember, when set, offers "Approve for …" beside Approve for the
+	// requests that offer it, and lists the remembered approvals with a
+	// Forget button.
+	Remember Remembering
 }
 
 // Phone is the phone page: an HTTPS server on a LAN address where a paired
@@ -80,6 +95,7 @@ type Page struct {
 	isLocal func(net.IP) bool
 	stop    func(device string) error
 	alert   func() string
+	remem   Remembering
 
 	mu     sync.Mutex
 	tokens map[string]pageToken // by hash of the token
@@ -149,6 +165,7 @@ func New(o Options) (*Page, error) {
 		tokens:  map[string]pageToken{},
 		stop:    o.Stop,
 		alert:   o.Alert,
+		remem:   o.Remember,
 	}
 	if p.logf == nil {
 		p.logf = func(string, ...any) {}
@@ -356,6 +373,7 @@ func (p *Page) Handler() http.Handler {
 	mux.HandleFunc("GET /r/{id}", p.requestPage)
 	mux.HandleFunc("POST /r/{id}/decide", p.decide)
 	mux.HandleFunc("POST /stop", p.stopPressed)
+	mux.HandleFunc("POST /m/{id}/forget", p.forgetPressed)
 	mux.HandleFunc("GET /static/phone.css", func(w http.ResponseWriter, r *http.Request) {
 		b, _ := phoneFiles.ReadFile("templates/phone.css")
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
@@ -403,7 +421,69 @@ type page struct {
 	Requests  []protocol.PendingView
 	StopToken string // the Stop button's one-time token; "" shows no button
 	Alert     string // shown above the requests (Options.Alert)
+	// RememberButtons are the request page's "Approve for …" buttons.
+	RememberButtons []rememberButton
+	// Remembered are the index page's remembered approvals.
+	Remembered []rememberedRow
 }
+
+// rememberButton is one "Approve for …" button: its action value and label.
+type rememberButton struct{ Action, Label string }
+
+// rememberedRow is one remembered approval on the index page, with its
+// Forget button's one-time token.
+type rememberedRow struct {
+	View  protocol.RememberedView
+	Until string
+	Token string
+}
+
+// rememberAction starts the action value of an "Approve for …" button:
+// "remember-2h".
+const rememberAction = "remember-"
+
+// rememberedIDRE is what a remembered approval's id looks like.
+var rememberedIDRE = regexp.MustCompile(`^m_[a-z0-9]{1,32}$`)
+
+// rememberButtons are the "Approve for …" buttons of v: its remember
+// choices, when the page can remember at all.
+func (p *Page) rememberButtons(v protocol.PendingView) []rememberButton {
+	if p.remem == nil || v.Kind != "grant" {
+		return nil
+	}
+	var out []rememberButton
+	for _, c := range v.Remember {
+		out = append(out, rememberButton{Action: rememberAction + c, Label: "Approve for " + notify.RememberWords(c)})
+	}
+	return out
+}
+
+// rememberedRows lists the remembered approvals for dev, each with a
+// Forget token; nil when the page cannot remember or the daemon fails.
+func (p *Page) rememberedRows(dev Device, now time.Time) []rememberedRow {
+	if p.remem == nil {
+		return nil
+	}
+	list, err := p.remem.Remembered(dev.Name)
+	if err != nil {
+		p.logf("phone page: listing remembered approvals: %v", err)
+		return nil
+	}
+	var out []rememberedRow
+	for _, v := range list {
+		if !rememberedIDRE.MatchString(v.ID) {
+			continue
+		}
+		until := time.Unix(v.Until, 0)
+		out = append(out, rememberedRow{View: v, Until: until.Format("15:04") + " (" + remaining(until.Sub(now)) + ")",
+			Token: p.issueToken(dev.ID, forgetTarget(v.ID), now, now.Add(pageTokenTTL))})
+	}
+	return out
+}
+
+// forgetTarget is what a Forget button's token is bound to: never a
+// request id, so that no request page's token can forget.
+func forgetTarget(id string) string { return "forget " + id }
 
 func (p *Page) render(w http.ResponseWriter, status int, name string, pg page) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -476,7 +556,7 @@ func (p *Page) index(w http.ResponseWriter, r *http.Request) {
 		alert = p.alert()
 	}
 	p.render(w, http.StatusOK, "index", page{Heading: "Waiting requests", Device: dev.Name, Requests: p.phoneRequests(),
-		StopToken: p.stopToken(dev.ID), Alert: alert})
+		StopToken: p.stopToken(dev.ID), Alert: alert, Remembered: p.rememberedRows(dev, p.now())})
 }
 
 // pairPage shows what opening a pairing link does, with a button that
@@ -531,12 +611,8 @@ func (p *Page) pair(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Page) findRequest(w http.ResponseWriter, id string) (protocol.PendingView, bool) {
-	if requestIDRE.MatchString(id) {
-		for _, v := range p.phoneRequests() {
-			if v.ID == id {
-				return v, true
-			}
-		}
+	if v, ok := p.phoneRequest(id); ok {
+		return v, true
 	}
 	p.message(w, http.StatusNotFound, "bad", "Nothing to approve",
 		"No request "+truncate(id, 40)+" is waiting for the phone: it was approved, denied, withdrawn or timed out, or it may not be approved here.")
@@ -556,7 +632,77 @@ func (p *Page) requestPage(w http.ResponseWriter, r *http.Request) {
 	now := p.now()
 	token := p.issueToken(dev.ID, v.ID, now, time.Unix(v.Expires, 0))
 	p.render(w, http.StatusOK, "request", page{Heading: v.Title, Device: dev.Name, View: v, Token: token,
-		Remaining: remaining(time.Unix(v.Expires, 0).Sub(now)), StopToken: p.stopToken(dev.ID)})
+		Remaining: remaining(time.Unix(v.Expires, 0).Sub(now)), StopToken: p.stopToken(dev.ID), RememberButtons: p.rememberButtons(v)})
+}
+
+// phoneRequest is the waiting request id routed to the phone.
+func (p *Page) phoneRequest(id string) (protocol.PendingView, bool) {
+	if requestIDRE.MatchString(id) {
+		for _, v := range p.phoneRequests() {
+			if v.ID == id {
+				return v, true
+			}
+		}
+	}
+	return protocol.PendingView{}, false
+}
+
+// mustDuration is a remember choice the daemon offered as a duration (0
+// when it is not one).
+func mustDuration(s string) time.Duration {
+	d, _ := duration.Parse(s)
+	return d
+}
+
+// forgetPressed ends a remembered approval from its Forget button, with the
+// checks of a decision: not from this host, a same-origin form, a paired
+// device, and a one-time token the index page gave that device for it.
+func (p *Page) forgetPressed(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	refuse := func(msg string) {
+		p.logf("phone page: refused a forget of %q from %s (origin %q): %s", truncate(id, 40), r.RemoteAddr, truncate(r.Header.Get("Origin"), 80), msg)
+		p.message(w, http.StatusForbidden, "bad", "Refused", msg)
+	}
+	if p.remem == nil || !rememberedIDRE.MatchString(id) {
+		p.message(w, http.StatusNotFound, "bad", "Nothing to end", "No remembered approval "+truncate(id, 40)+".")
+		return
+	}
+	if p.fromThisHost(r) {
+		refuse(RefusedLocal)
+		return
+	}
+	if msg := p.refuseForged(r); msg != "" {
+		refuse(msg)
+		return
+	}
+	if msg := twiceInForm(r); msg != "" {
+		p.message(w, http.StatusBadRequest, "bad", "Nothing ended", msg)
+		return
+	}
+	dev, ok := p.device(nil, r)
+	if !ok {
+		refuse("this phone is not paired; pair it first")
+		return
+	}
+	if !p.useToken(r.PostFormValue("token"), dev.ID, forgetTarget(id), p.now()) {
+		refuse("this page was used already or has expired; open it again")
+		return
+	}
+	err := p.remem.Forget(id, "forgotten on the phone", dev.Name)
+	var ke *protocol.Error
+	switch {
+	case err == nil:
+		p.render(w, http.StatusOK, "message", page{Heading: "Ended", Kind: "ok", Device: dev.Name, Back: true,
+			Lines: []string{"Remembered approval " + id + " has ended: no grant is issued under it any more."}})
+	case errors.As(err, &ke) && ke.Code == protocol.CodeNotFound:
+		p.render(w, http.StatusNotFound, "message", page{Heading: "Nothing to end", Kind: "bad", Device: dev.Name, Back: true,
+			Lines: []string{"Remembered approval " + id + " had ended already."}})
+	case errors.As(err, &ke):
+		p.render(w, http.StatusForbidden, "message", page{Heading: "Refused", Kind: "bad", Device: dev.Name, Back: true, Lines: []string{ke.Message}})
+	default:
+		p.logf("phone page: forgetting %q: %v", id, err)
+		p.message(w, http.StatusInternalServerError, "bad", "Nothing ended", "the daemon failed to end it")
+	}
 }
 
 func remaining(d time.Duration) string {
@@ -603,10 +749,21 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var approve bool
-	switch r.PostFormValue("action") {
-	case "approve":
+	remember := ""
+	switch action := r.PostFormValue("action"); {
+	case action == "approve":
 		approve = true
-	case "deny":
+	case action == "deny":
+	case strings.HasPrefix(action, rememberAction):
+		// Only a choice the request's page offered: the daemon would
+		// take any length up to the rule's, which the human never saw.
+		remember = strings.TrimPrefix(action, rememberAction)
+		v, ok := p.phoneRequest(id)
+		if !ok || !slices.ContainsFunc(p.rememberButtons(v), func(b rememberButton) bool { return b.Action == action }) {
+			p.message(w, http.StatusBadRequest, "bad", "Nothing decided", "this request may not be approved for "+truncate(remember, 16)+"; open it again")
+			return
+		}
+		approve = true
 	default:
 		p.message(w, http.StatusBadRequest, "bad", "Nothing decided", "choose Approve or Deny")
 		return
@@ -619,9 +776,18 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 		p.message(w, http.StatusBadRequest, "bad", "Nothing decided", "enter the code shown where the agent asked, then approve")
 		return
 	}
-	err := p.reqs.Decide(id, approve, code, dev.Name)
+	var err error
+	if remember != "" {
+		err = p.remem.DecideRemember(id, code, dev.Name, remember)
+	} else {
+		err = p.reqs.Decide(id, approve, code, dev.Name)
+	}
 	var ke *protocol.Error
 	switch {
+	case err == nil && remember != "":
+		p.render(w, http.StatusOK, "message", page{Heading: "Approved for " + notify.RememberWords(remember), Kind: "ok", Device: dev.Name, Back: true,
+			Lines: []string{"Request " + id + " is approved; until " + p.now().Add(mustDuration(remember)).Format("15:04") +
+				" the same request from the same agent and user is approved at once.", "End it at any time under Remembered approvals on the first page."}})
 	case err == nil && approve:
 		p.render(w, http.StatusOK, "message", page{Heading: "Approved", Kind: "ok", Device: dev.Name, Back: true,
 			Lines: []string{"Request " + id + " is approved; the agent gets its grant."}})

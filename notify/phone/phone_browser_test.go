@@ -69,6 +69,13 @@ type phoneDaemon struct {
 // the phone page listening on ln.
 func startPhoneDaemon(t *testing.T, ln net.Listener) *phoneDaemon {
 	t.Helper()
+	return startPhoneDaemonWith(t, ln, phonePolicy, false)
+}
+
+// startPhoneDaemonWith is startPhoneDaemon with policy, and with the
+// page's remembered approvals when remember is set.
+func startPhoneDaemonWith(t *testing.T, ln net.Listener, policy string, remember bool) *phoneDaemon {
+	t.Helper()
 	dir := t.TempDir()
 	d := &phoneDaemon{sock: filepath.Join(dir, "agent.sock"), state: dir}
 	u, err := user.Current()
@@ -82,8 +89,12 @@ func startPhoneDaemon(t *testing.T, ln net.Listener) *phoneDaemon {
 	cfg.Phone.Listen = ln.Addr().String()
 	d.base = cfg.PhoneURL()
 	cfg.Socket = d.sock
-	d.srv = testdaemon.Start(t, cfg, phonePolicy, dir)
-	d.phone, err = phone.New(phone.Options{Requests: d.srv, Listen: cfg.Phone.Listen, URL: d.base, State: dir, Logf: t.Logf})
+	d.srv = testdaemon.Start(t, cfg, policy, dir)
+	o := phone.Options{Requests: d.srv, Listen: cfg.Phone.Listen, URL: d.base, State: dir, Logf: t.Logf}
+	if remember {
+		o.Remember = testRemember{d.srv.Server}
+	}
+	d.phone, err = phone.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
