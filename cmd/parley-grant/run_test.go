@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"regexp"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -360,5 +361,46 @@ func TestRunDaemonGoesAway(t *testing.T) {
 	os.WriteFile(r.stop, nil, 0o600)
 	if code := r.wait(t); code != 5 {
 		t.Fatalf("run exited %d, want the command's 5; stderr: %s", code, r.stderr.String())
+	}
+}
+
+// runRememberPolicy lets the human remember mail approvals, with grants of
+// three seconds under them.
+var runRememberPolicy = strings.Replace(rememberPolicy, `remember_exp = "10m"`, `remember_exp = "3s"`, 1)
+
+// TestRunUnderRememberedApproval: the first grant of run waits for the
+// human, who approves it remembered; the renewals are then issued at once
+// under it (three-second slices, so several). Once the human forgets it, the
+// next renewal waits for a human and run says so on stderr with the match
+// code; denied, run stops renewing, and the command's status is run's.
+func TestRunUnderRememberedApproval(t *testing.T) {
+	d := startDaemon(t, runRememberPolicy, nil)
+	keyPath, key := writeAgentKey(t, t.TempDir())
+	env := cliEnv(t, d.sock, keyPath)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "reader.sh")
+	os.WriteFile(script, []byte(tokenReader), 0o700)
+	r := &runReader{log: filepath.Join(dir, "log"), stop: filepath.Join(dir, "stop")}
+	r.background = startCLI(t, env, "run", "--svc", "mail.example", "--can", "mail.read", "--exp", "4s", "--", "sh", script, r.log, r.stop, "4")
+	id, code := r.matchCode(t)
+	cli(t, env, 0, "approve", id, "--code", code, "--remember", "15m")
+	defer func() { t.Logf("run stderr:\n%s", r.stderr.String()) }()
+	waitUntil(t, "three tokens under the remembered approval", func() bool { return r.distinct(t) >= 3 })
+	checkReads(t, r.reads(t), pubOf(key))
+	m := rememberedJSON(t, env)[0]
+	if m.Issued < 2 {
+		t.Errorf("remembered lists %d grants issued under it", m.Issued)
+	}
+	cli(t, env, 0, "forget", m.ID)
+	var renewal []string
+	waitUntil(t, "run to say the renewal waits for a human", func() bool {
+		renewal = regexp.MustCompile(`renewing the grant waits for a human: approve (r_[a-z0-9]+) with match code (\d\d)`).FindStringSubmatch(r.stderr.String())
+		return renewal != nil
+	})
+	cli(t, env, 0, "deny", renewal[1])
+	waitUntil(t, "run to stop renewing", func() bool { return strings.Contains(r.stderr.String(), "renewing stopped") })
+	os.WriteFile(r.stop, nil, 0o600)
+	if c := r.wait(t); c != 4 {
+		t.Fatalf("run exited %d, want the command's 4; stderr: %s", c, r.stderr.String())
 	}
 }
