@@ -34,12 +34,13 @@ type Requests interface {
 }
 
 // Remembering is what the phone page needs from the daemon for remembered
-// approvals (issue 24): approving with remember, listing them, ending one,
-// each as the paired device named device. A page without it offers none.
+// approvals (issue 24): approving with remember and ending one, each as the
+// paired device named device, and listing them all (the page is an
+// approver). A page without it offers none.
 type Remembering interface {
 	DecideRemember(id, match, device, remember string) error
-	Remembered(device string) ([]protocol.RememberedView, error)
-	Forget(id, reason, device string) error
+	Remembered() []protocol.RememberedView
+	Forget(id, device, reason string) error
 }
 
 // Options configure a Phone.
@@ -458,19 +459,14 @@ func (p *Page) rememberButtons(v protocol.PendingView) []rememberButton {
 	return out
 }
 
-// rememberedRows lists the remembered approvals for dev, each with a
-// Forget token; nil when the page cannot remember or the daemon fails.
+// rememberedRows lists the remembered approvals, each with a Forget token
+// for dev; nil when the page cannot remember.
 func (p *Page) rememberedRows(dev Device, now time.Time) []rememberedRow {
 	if p.remem == nil {
 		return nil
 	}
-	list, err := p.remem.Remembered(dev.Name)
-	if err != nil {
-		p.logf("phone page: listing remembered approvals: %v", err)
-		return nil
-	}
 	var out []rememberedRow
-	for _, v := range list {
+	for _, v := range p.remem.Remembered() {
 		if !rememberedIDRE.MatchString(v.ID) {
 			continue
 		}
@@ -688,7 +684,7 @@ func (p *Page) forgetPressed(w http.ResponseWriter, r *http.Request) {
 		refuse("this page was used already or has expired; open it again")
 		return
 	}
-	err := p.remem.Forget(id, "forgotten on the phone", dev.Name)
+	err := p.remem.Forget(id, dev.Name, "forgotten on the phone")
 	var ke *protocol.Error
 	switch {
 	case err == nil:

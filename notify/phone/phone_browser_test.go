@@ -92,7 +92,7 @@ func startPhoneDaemonWith(t *testing.T, ln net.Listener, policy string, remember
 	d.srv = testdaemon.Start(t, cfg, policy, dir)
 	o := phone.Options{Requests: d.srv, Listen: cfg.Phone.Listen, URL: d.base, State: dir, Logf: t.Logf}
 	if remember {
-		o.Remember = testRemember{d.srv.Server}
+		o.Remember = d.srv
 	}
 	d.phone, err = phone.New(o)
 	if err != nil {

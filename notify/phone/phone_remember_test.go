@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -19,35 +18,10 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/testnet"
-	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/keyd/client"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/parley-keyd/parley-keyd/notify/phone"
 )
-
-// testRemember is the daemon's side of the page's remembered approvals,
-// as parley-keyd serve wires it (cmd/parley-keyd/phone.go): the pipeline,
-// as the paired device.
-type testRemember struct{ srv *keyd.Server }
-
-func (r testRemember) DecideRemember(id, match, device, remember string) error {
-	return r.srv.DecideRemember(id, match, device, remember)
-}
-
-func (r testRemember) Remembered(device string) ([]protocol.RememberedView, error) {
-	f, err := r.srv.Handle(context.Background(), keyd.Caller{Roles: keyd.Roles{Approver: true}, Device: device}, &protocol.Frame{Verb: protocol.VerbRemembered}, nil)
-	if err != nil {
-		return nil, err
-	}
-	var out protocol.RememberedList
-	err = json.Unmarshal(f.Data, &out)
-	return out.Remembered, err
-}
-
-func (r testRemember) Forget(id, reason, device string) error {
-	_, err := r.srv.Handle(context.Background(), keyd.Caller{Roles: keyd.Roles{Approver: true}, Device: device}, &protocol.Frame{Verb: protocol.VerbForget, Request: id, Reason: reason}, nil)
-	return err
-}
 
 const phoneRememberPolicy = `
 version = 1
@@ -227,9 +201,9 @@ func TestPhoneBrowserRemember(t *testing.T) {
 	} else if r := <-done2; r.res.Decision != "remembered" || r.res.Until < time.Now().Add(119*time.Minute).Unix() {
 		t.Fatalf("under the remembered approval: %+v", r.res)
 	}
-	list, err := testRemember{d.srv.Server}.Remembered("pixel")
-	if err != nil || len(list) != 1 {
-		t.Fatalf("remembered: %+v %v", list, err)
+	list := d.srv.Remembered()
+	if len(list) != 1 {
+		t.Fatalf("remembered: %+v", list)
 	}
 	m := list[0]
 
@@ -251,7 +225,7 @@ func TestPhoneBrowserRemember(t *testing.T) {
 	if st, body := phoneForget(t, pc, d, m.ID, reqTok, d.base, cred); st != http.StatusForbidden || !strings.Contains(body, "used already") {
 		t.Errorf("forget with a request page's token: %d %s", st, body)
 	}
-	if l, _ := (testRemember{d.srv.Server}).Remembered("pixel"); len(l) != 1 {
+	if l := d.srv.Remembered(); len(l) != 1 {
 		t.Fatal("a refused forget ended the remembered approval")
 	}
 	d.srv.Decide(onceID, false, "", "pixel")
@@ -269,7 +243,7 @@ func TestPhoneBrowserRemember(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#forget-"+m.ID)),
 		chromedp.WaitVisible(chromedp.CSS("h1.ok")),
 	)
-	if l, _ := (testRemember{d.srv.Server}).Remembered("pixel"); len(l) != 0 {
+	if l := d.srv.Remembered(); len(l) != 0 {
 		t.Fatalf("still remembered after Forget: %+v", l)
 	}
 	if id3, _, _ := askFor(t, agent, "mail.example"); id3 == "" {
