@@ -384,7 +384,9 @@ func (r *renewer) keepFresh(ctx context.Context, res *protocol.GrantResult) {
 	r.current = res.Expires
 	for {
 		life := time.Unix(res.Expires, 0).Sub(issued)
-		if !sleepCtx(ctx, time.Duration(float64(life)*renewAt)) {
+		// At least a second: a grant that came already (nearly) expired
+		// must not turn renewal into a busy loop against the daemon.
+		if !sleepCtx(ctx, max(time.Duration(float64(life)*renewAt), time.Second)) {
 			return
 		}
 		wait := retryFirst
