@@ -44,12 +44,12 @@ lint:
 	@$(GO) vet ./...
 	@$(STATICCHECK) ./...
 
-# Every test with the race detector, through internal/testsummary: failures
+# Every test with the race detector, through internal/testkit/testsummary: failures
 # in full as they come, then one line per skipped test with the peer it
 # lacked, and a count; nothing else. The exit status is go test's. (Built,
 # not go run, which would turn every status into 1.)
 unit: mcp-ts-modules
-	@$(GO) build -o bin/testsummary ./internal/testsummary
+	@$(GO) build -o bin/testsummary ./internal/testkit/testsummary
 	@bin/testsummary -race -count=1 -timeout 30m ./...
 
 # The TypeScript MCP client's modules, for its tests: npm ci when they are
@@ -72,7 +72,7 @@ demo:
 # parley-keyd against ssh-agent in one run; figures in docs/performance.md.
 BENCHFLAGS ?=
 bench:
-	$(GO) run ./internal/bench $(BENCHFLAGS)
+	$(GO) run ./internal/testkit/bench $(BENCHFLAGS)
 
 # Every fuzz target of the module (found with go test -list), each for a
 # number of executions rather than a time: with a duration, go1.26's fuzzing

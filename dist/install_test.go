@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 )
 
 // testUnavailable skips, or fails under PARLEY_REQUIRE_PEERS=1.

@@ -15,7 +15,7 @@ import (
 // (see BenchmarkVerifyOverhead for why): Verify without a cache (cold), with
 // a cache that misses, with a cache that holds the grant (warm), the JWT
 // chain of the same shape, and the bare ed25519.Verify calls. It reports
-// each as <name>-cpu-ns/op. internal/bench runs it for make bench.
+// each as <name>-cpu-ns/op. internal/testkit/bench runs it for make bench.
 func BenchmarkVerifyCompare(b *testing.B) {
 	for _, n := range []int{1, 3, 8} {
 		v := newVerifyBench(b, n)

@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testkeys"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testkeys"
 )
 
 // The attack of issue 10 item 1 (keyless grants): a key that is a
 // small-order Ed25519 point takes a signature anyone can make without a
-// private key (see internal/testkeys). A grant held by such a key is usable
+// private key (see internal/testkit/testkeys). A grant held by such a key is usable
 // by everyone who sees it.
 
 // forgeProof makes, with no private key, a proof by key for (aud, verb,

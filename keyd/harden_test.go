@@ -15,7 +15,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 	"golang.org/x/sys/unix"
 )
 

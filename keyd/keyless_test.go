@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/testkeys"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testkeys"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 

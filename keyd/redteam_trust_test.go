@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/internal/filetrust"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 )
 
 // TestLoadConfigRefusesWitnessInterpreterOthersOwn: a witness_command that

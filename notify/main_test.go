@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 )
 
 // TestMain removes the copy of the test binary that tests running as other

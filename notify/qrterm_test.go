@@ -13,7 +13,7 @@ import (
 
 	"rsc.io/qr"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 	"github.com/parley-keyd/parley-keyd/notify"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/testkeys"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testkeys"
 )
 
 // base is a valid prefix for parse error cases: lines 1-3.

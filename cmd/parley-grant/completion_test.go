@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/clidocs/clidocstest"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/clidocstest"
 )
 
 // TestCompletionValues runs each shell's real completion script, as make

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/clidocs/clidocstest"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/clidocstest"
 )
 
 // TestGendocs checks the man pages and completions that make install

@@ -23,9 +23,9 @@ import (
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/testdaemon"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
-	"github.com/parley-keyd/parley-keyd/internal/testservice"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testdaemon"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testservice"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"golang.org/x/sys/unix"
 )

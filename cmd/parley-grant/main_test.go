@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/clitest"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/clitest"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -43,7 +43,7 @@ var update = flag.Bool("update", false, "rewrite the cmp files of testdata/scrip
 // binaries, with HOME, the daemon's state, configuration and socket in the
 // script's work folder, and no key path from the caller's environment.
 // Scripts that need a daemon start the real parley-keyd serve with "keyd
-// start" (see internal/clitest).
+// start" (see internal/testkit/clitest).
 func TestScripts(t *testing.T) {
 	bin, err := clitest.Build("parley-keyd")
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/testkeys"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testkeys"
 )
 
 // TestMCPAttenuateRefusesKeylessKeys: the MCP attenuate tool refuses to

@@ -22,8 +22,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/duration"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
-	"github.com/parley-keyd/parley-keyd/internal/testservice"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testservice"
 )
 
 // mcpToolNames are the tools the MCP binding offers, and all of them: none

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testkeys"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testkeys"
 )
 
 // TestAuditKeyRefusesSmallOrder: `audit verify --key` pins the key every

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/clidocs/clidocstest"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/clidocstest"
 	"github.com/parley-keyd/parley-keyd/notify/phone"
 )
 

@@ -22,7 +22,7 @@ import (
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 )
 
 // These tests break the daemon while agents use it: kill -9 at random points

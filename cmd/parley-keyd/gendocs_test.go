@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/clidocs/clidocstest"
 	"github.com/parley-keyd/parley-keyd/internal/duration"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/clidocstest"
 	"github.com/parley-keyd/parley-keyd/keyd"
 )
 

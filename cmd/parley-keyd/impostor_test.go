@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 )
 

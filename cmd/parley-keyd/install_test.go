@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 )
 
 // TestMakeInstall installs into a DESTDIR and checks what landed where, that

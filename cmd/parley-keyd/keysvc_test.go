@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
-	"github.com/parley-keyd/parley-keyd/internal/testtransit"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testtransit"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 )
 

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/clitest"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/clitest"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -40,7 +40,7 @@ func (c cleanupM) Run() int {
 
 // TestScripts runs the admin's command lines in testdata/script against the
 // real binaries, with the state folder, the configuration folder and the
-// socket in the script's work folder (internal/clitest), as the model of
+// socket in the script's work folder (internal/testkit/clitest), as the model of
 // age's cmd/age/testdata: real files, a real daemon, exact output.
 func TestScripts(t *testing.T) {
 	bin, err := clitest.Build("parley-grant")

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/testhsm"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
-	"github.com/parley-keyd/parley-keyd/internal/testtransit"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testhsm"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testtransit"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/client"
@@ -29,7 +29,7 @@ import (
 // These tests run the real daemon with each signer backend: init makes the
 // key, serve issues grants through it over the real socket, and a backend
 // that goes down makes requests end in "unavailable" with a retry while
-// the daemon stays up. The transit server is internal/testtransit (not a
+// the daemon stays up. The transit server is internal/testkit/testtransit (not a
 // real OpenBao); the token is SoftHSM2's.
 
 const backendPolicy = `version = 1

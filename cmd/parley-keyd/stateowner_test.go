@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 )
 
 // TestCheckStateFolder: what the daemon makes in its folder passes (files,

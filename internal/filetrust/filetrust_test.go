@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 )
 
 // The daemon's user and a stranger, by number: chown needs no account, and

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/journal/journaltest"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/journaltest"
 )
 
 type syncBuffer struct {

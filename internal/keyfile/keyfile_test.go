@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testkeys"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testkeys"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 
 	"github.com/parley-keyd/parley-keyd/grant"
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 )
 
 // TestRunEndsWhole: children that would hold up their caller (issue 20

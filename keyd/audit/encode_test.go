@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testfill"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testfill"
 )
 
 // FuzzAppendRecord checks that appendRecord writes exactly the bytes that

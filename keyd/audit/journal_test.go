@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/internal/journal"
-	"github.com/parley-keyd/parley-keyd/internal/journal/journaltest"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/journaltest"
 	"github.com/parley-keyd/parley-keyd/keyd/checkpoint"
 )
 

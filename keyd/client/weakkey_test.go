@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testkeys"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testkeys"
 )
 
 // fakeSigner claims any public key; its signatures are never asked for.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 )
 
 func init() {

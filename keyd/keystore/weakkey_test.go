@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/testkeys"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testkeys"
 )
 
 // TestPublicKeyRefusesSmallOrder: principal.pub names the key checkpoints

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/testfill"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testfill"
 )
 
 // decodeWithJSON is what a client does without DecodeGrantReply.

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testfill"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testfill"
 )
 
 // TestEncodersKnowEveryField fills every exported field of a Frame (but the

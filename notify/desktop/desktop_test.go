@@ -27,9 +27,9 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/grant/lens"
-	"github.com/parley-keyd/parley-keyd/internal/testdaemon"
-	"github.com/parley-keyd/parley-keyd/internal/testdesktop"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testdaemon"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testdesktop"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd"
 	"github.com/parley-keyd/parley-keyd/notify"
 )

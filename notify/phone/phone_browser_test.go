@@ -29,9 +29,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/parley-keyd/parley-keyd/grant"
-	"github.com/parley-keyd/parley-keyd/internal/testdaemon"
-	"github.com/parley-keyd/parley-keyd/internal/testnet"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testdaemon"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testnet"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd"
 )
 

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/testnet"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testnet"
 	"github.com/parley-keyd/parley-keyd/notify/phone"
 )
 

@@ -8,13 +8,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testsigner"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testsigner"
 	"github.com/parley-keyd/parley-keyd/keyd/keystore"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 
 // TestFileBackendConformance holds the file key, opened through Open as the
-// daemon opens it, to the table every backend passes (internal/testsigner).
+// daemon opens it, to the table every backend passes (internal/testkit/testsigner).
 // It has no service to go away, hang or lie; its wrong secret is a wrong
 // passphrase of an encrypted key file. The cases sign with a plain key
 // file: scrypt at the production work factor would make each a second.

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/miekg/pkcs11"
-	"github.com/parley-keyd/parley-keyd/internal/testsigner"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testsigner"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 
 // TestConformance holds the PKCS#11 backend, against SoftHSM2, to the table
-// every backend passes (internal/testsigner). Its wrong secret is a wrong
+// every backend passes (internal/testkit/testsigner). Its wrong secret is a wrong
 // PIN; the token goes away when its files are removed, hangs when every
 // session is held in a call that does not return, and lies when its
 // sessions sign with another key of the token. SoftHSM2 cannot be made to

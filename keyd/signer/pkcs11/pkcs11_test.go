@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/miekg/pkcs11"
-	"github.com/parley-keyd/parley-keyd/internal/testhsm"
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testhsm"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 

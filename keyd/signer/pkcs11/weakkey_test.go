@@ -3,7 +3,7 @@ package pkcs11
 import (
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testkeys"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testkeys"
 )
 
 // TestECPointRefusesSmallOrder: a token's CKA_EC_POINT is checked like

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/openbao/openbao/api/v2"
-	"github.com/parley-keyd/parley-keyd/internal/testtransit"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testtransit"
 )
 
 // The set-up and clean-up of the opt-in TestRealLeaderKill, which cannot

@@ -4,13 +4,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/testsigner"
-	"github.com/parley-keyd/parley-keyd/internal/testtransit"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testsigner"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testtransit"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 
 // TestConformance holds the transit backend, against testtransit, to the
-// table every backend passes (internal/testsigner). Its wrong secret is a
+// table every backend passes (internal/testkit/testsigner). Its wrong secret is a
 // token the service does not accept; it goes away by closing, hangs by
 // holding sign replies back, and lies by signing with another key, with
 // another key version, or with a reply that never ends. What only transit

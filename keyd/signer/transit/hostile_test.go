@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/testtransit"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testtransit"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/parley-keyd/parley-keyd/internal/duration"
-	"github.com/parley-keyd/parley-keyd/internal/testtransit"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testtransit"
 	"github.com/parley-keyd/parley-keyd/keyd/signer"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/openbao/openbao/api/v2"
-	"github.com/parley-keyd/parley-keyd/internal/testkeys"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testkeys"
 )
 
 // TestKeyInfoDropsSmallOrderKeys: a key service that names a small-order

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 	"github.com/spf13/cobra"
 )
 

@@ -12,8 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/testhsm"
-	"github.com/parley-keyd/parley-keyd/internal/testtransit"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testhsm"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testtransit"
 	"github.com/parley-keyd/parley-keyd/keyd"
 )
 
@@ -54,7 +54,7 @@ func setupSoftHSM(dir string) (string, []string, func(), error) {
 }
 
 // setupTransit serves the transit engine from this process
-// (internal/testtransit): the figures include its own cost, and a real
+// (internal/testkit/testtransit): the figures include its own cost, and a real
 // OpenBao (storage, audit devices, policy checks) costs more.
 func setupTransit(dir string, tls bool) (string, []string, func(), error) {
 	srv := testtransit.New()

@@ -27,7 +27,7 @@
 // process on a temporary state folder, and talks to it only over its Unix
 // socket. Usage, from the repository root:
 //
-//	go run ./internal/bench [-rounds 5] [-json figures.json] [-perf perf.data]
+//	go run ./internal/testkit/bench [-rounds 5] [-json figures.json] [-perf perf.data]
 //
 // Needs ssh-agent on the PATH (Debian: openssh-client) and the go command.
 package main

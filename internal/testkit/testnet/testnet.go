@@ -7,7 +7,7 @@
 //
 // Creating namespaces needs root and the ip command (iproute2). New skips
 // the test when it cannot have them, except under PARLEY_REQUIRE_PEERS=1,
-// where it fails (see internal/testpeer). Everything New makes is removed
+// where it fails (see internal/testkit/testpeer). Everything New makes is removed
 // when the test ends, processes left in the namespace included.
 package testnet
 
@@ -29,7 +29,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 	"golang.org/x/sys/unix"
 )
 

@@ -10,7 +10,7 @@
 //
 // It exits with go test's own exit status. make test runs it:
 //
-//	go run ./internal/testsummary -race -count=1 ./...
+//	go run ./internal/testkit/testsummary -race -count=1 ./...
 package main
 
 import (

@@ -29,7 +29,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/parley-keyd/parley-keyd/internal/testpeer"
+	"github.com/parley-keyd/parley-keyd/internal/testkit/testpeer"
 )
 
 // Programs the desktop needs, with the Debian package of each.

@@ -1,6 +1,6 @@
 // Package testsigner is the one test body every key backend passes, as
 // x/crypto/ssh/agent runs one client test against OpenSSH and its keyring:
-// the file key, transit (against internal/testtransit) and PKCS#11 (against
+// the file key, transit (against internal/testkit/testtransit) and PKCS#11 (against
 // SoftHSM2) each give Run a Kit, and Run holds each to the guarantees of
 // keyd/signer: only signatures that verify under principal.pub, an
 // *signer.UnavailableError by the deadline when the service is gone, hung
