@@ -48,50 +48,52 @@ type Request struct {
 	Risk            string   // "" when not asked
 }
 
-// RequestReason says why ParseRequest refuses a caveat list. The values are
-// stable; the daemon answers each with invalid_params.
-type RequestReason int
+// requestReason says why ParseRequest refuses a caveat list. Only this
+// package's tests tell them apart: the daemon answers each with
+// invalid_params and the error's one sentence.
+type requestReason int
 
 const (
-	// TooManyCaveats: more than MaxRequestCaveats caveats.
-	TooManyCaveats RequestReason = iota + 1
-	// UnknownCaveat: a caveat of a kind §6.3 does not define, which could
+	// tooManyCaveats: more than MaxRequestCaveats caveats.
+	tooManyCaveats requestReason = iota + 1
+	// unknownCaveat: a caveat of a kind §6.3 does not define, which could
 	// mean anything to a service (fail closed).
-	UnknownCaveat
-	// MalformedCaveat: a value Caveat.Check refuses.
-	MalformedCaveat
-	// RepeatedCaveat: a kind asked for twice.
-	RepeatedCaveat
-	// EmptyList: a svc, verbs or can caveat with no entry, which would
+	unknownCaveat
+	// malformedCaveat: a value Caveat.Check refuses.
+	malformedCaveat
+	// repeatedCaveat: a kind asked for twice.
+	repeatedCaveat
+	// emptyList: a svc, verbs or can caveat with no entry, which would
 	// allow nothing.
-	EmptyList
-	// NotAVerb: a verbs entry that is not a verb of §4.
-	NotAVerb
-	// BadPattern: a can entry that is not a name, a prefix ending in *, or *.
-	BadPattern
-	// ExpiryPassed: an exp that is not after now.
-	ExpiryPassed
-	// NbfNotBeforeExp: an nbf at or after the exp.
-	NbfNotBeforeExp
-	// NegativeAmount: a per or spend below zero.
-	NegativeAmount
-	// OnlyNotAsked: an only caveat, which belongs in a consent grant
+	emptyList
+	// notAVerb: a verbs entry that is not a verb of §4.
+	notAVerb
+	// badPattern: a can entry that is not a name, a prefix ending in *, or *.
+	badPattern
+	// expiryPassed: an exp that is not after now.
+	expiryPassed
+	// nbfNotBeforeExp: an nbf at or after the exp.
+	nbfNotBeforeExp
+	// negativeAmount: a per or spend below zero.
+	negativeAmount
+	// onlyNotAsked: an only caveat, which belongs in a consent grant
 	// (§6.6), never in a request.
-	OnlyNotAsked
+	onlyNotAsked
 )
 
-// RequestError is a refusal of ParseRequest: why, which caveat, and one
+// requestError is a refusal of ParseRequest: why, which caveat, and one
 // sentence for the requester.
-type RequestError struct {
-	Reason  RequestReason
+type requestError struct {
+	Reason  requestReason
 	Caveat  string // the caveat kind at fault, as sent; "" for the list
 	Message string
 }
 
-func (e *RequestError) Error() string { return e.Message }
+func (e *requestError) Error() string { return e.Message }
 
 // ParseRequest checks the caveats of a request for a new root grant and
-// returns what they ask for. It refuses, with a *RequestError: more than
+// returns what they ask for. It refuses, with an error of one sentence
+// for the requester that names the caveat at fault: more than
 // MaxRequestCaveats caveats; a kind §6.3 does not define (naming the kind
 // it resembles when only the case differs, "Can" for "can"); a malformed
 // value; a kind asked twice; an empty svc, verbs or can list; a verb that
@@ -99,33 +101,33 @@ func (e *RequestError) Error() string { return e.Message }
 // * or *; an exp not after now; an nbf not before the exp; a negative per
 // or spend; and any only caveat.
 func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
-	bad := func(reason RequestReason, caveat, format string, args ...any) (*Request, error) {
-		return nil, &RequestError{Reason: reason, Caveat: caveat, Message: fmt.Sprintf(format, args...)}
+	bad := func(reason requestReason, caveat, format string, args ...any) (*Request, error) {
+		return nil, &requestError{Reason: reason, Caveat: caveat, Message: fmt.Sprintf(format, args...)}
 	}
 	if len(caveats) > MaxRequestCaveats {
-		return bad(TooManyCaveats, "", "a request may carry at most %d caveats", MaxRequestCaveats)
+		return bad(tooManyCaveats, "", "a request may carry at most %d caveats", MaxRequestCaveats)
 	}
 	r := &Request{}
 	seen := map[string]bool{}
 	for _, c := range caveats {
 		if !c.Known() {
 			if known, ok := knownCaveatLike(c.Name); ok {
-				return bad(UnknownCaveat, c.Name, "unknown caveat %s: caveat names are matched exactly; did you mean %q?", quoteName(c.Name), known)
+				return bad(unknownCaveat, c.Name, "unknown caveat %s: caveat names are matched exactly; did you mean %q?", quoteName(c.Name), known)
 			}
-			return bad(UnknownCaveat, c.Name, "unknown caveat %s", quoteName(c.Name))
+			return bad(unknownCaveat, c.Name, "unknown caveat %s", quoteName(c.Name))
 		}
 		if err := c.Check(); err != nil {
-			return bad(MalformedCaveat, c.Name, "caveat %q is malformed: %v", c.Name, err)
+			return bad(malformedCaveat, c.Name, "caveat %q is malformed: %v", c.Name, err)
 		}
 		if seen[c.Name] {
-			return bad(RepeatedCaveat, c.Name, "caveat %q appears twice; ask for it once", c.Name)
+			return bad(repeatedCaveat, c.Name, "caveat %q appears twice; ask for it once", c.Name)
 		}
 		seen[c.Name] = true
 		switch c.Name {
 		case CaveatSvc, CaveatVerbs, CaveatCan:
 			list, _ := c.Strings()
 			if len(list) == 0 {
-				return bad(EmptyList, c.Name, "caveat %q has an empty list, which would allow nothing", c.Name)
+				return bad(emptyList, c.Name, "caveat %q has an empty list, which would allow nothing", c.Name)
 			}
 			switch c.Name {
 			case CaveatSvc:
@@ -133,14 +135,14 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 			case CaveatVerbs:
 				for _, v := range list {
 					if !IsParleyVerb(v) {
-						return bad(NotAVerb, c.Name, "verb %s is not a Parley verb (%s)", quoteName(v), strings.Join(parleyVerbs[:], ", "))
+						return bad(notAVerb, c.Name, "verb %s is not a Parley verb (%s)", quoteName(v), strings.Join(parleyVerbs[:], ", "))
 					}
 				}
 				r.Verbs = list
 			case CaveatCan:
 				for _, p := range list {
 					if !ValidPattern(p) {
-						return bad(BadPattern, c.Name, "capability pattern %s must be a name, a prefix ending in *, or *", quoteName(p))
+						return bad(badPattern, c.Name, "capability pattern %s must be a name, a prefix ending in *, or *", quoteName(p))
 					}
 				}
 				r.Can = list
@@ -148,14 +150,14 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 		case CaveatExp:
 			r.Exp, _ = c.Int()
 			if r.Exp <= now {
-				return bad(ExpiryPassed, c.Name, "the expiry %d is not in the future", r.Exp)
+				return bad(expiryPassed, c.Name, "the expiry %d is not in the future", r.Exp)
 			}
 		case CaveatNbf:
 			r.Nbf, _ = c.Int()
 		case CaveatPer, CaveatSpend:
 			m, _ := c.Money()
 			if m.Amount < 0 {
-				return bad(NegativeAmount, c.Name, "caveat %q has a negative amount", c.Name)
+				return bad(negativeAmount, c.Name, "caveat %q has a negative amount", c.Name)
 			}
 			if c.Name == CaveatPer {
 				r.Per = &m
@@ -165,11 +167,11 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 		case CaveatRisk:
 			r.Risk, _ = c.Text()
 		case CaveatOnly:
-			return bad(OnlyNotAsked, c.Name, "an \"only\" caveat belongs in a consent grant")
+			return bad(onlyNotAsked, c.Name, "an \"only\" caveat belongs in a consent grant")
 		}
 	}
 	if r.Nbf != 0 && r.Exp != 0 && r.Nbf >= r.Exp {
-		return bad(NbfNotBeforeExp, CaveatNbf, "nbf must be before exp")
+		return bad(nbfNotBeforeExp, CaveatNbf, "nbf must be before exp")
 	}
 	return r, nil
 }

@@ -68,37 +68,37 @@ func TestParseRequest(t *testing.T) {
 	tests := []struct {
 		name    string
 		cavs    []Caveat
-		reason  RequestReason
+		reason  requestReason
 		caveat  string
 		message string
 	}{
-		{"fail/too-many", many, TooManyCaveats, "", "at most 16 caveats"},
-		{"fail/unknown", []Caveat{raw("admin", "true")}, UnknownCaveat, "admin", `unknown caveat "admin"`},
+		{"fail/too-many", many, tooManyCaveats, "", "at most 16 caveats"},
+		{"fail/unknown", []Caveat{raw("admin", "true")}, unknownCaveat, "admin", `unknown caveat "admin"`},
 		// A name in another case is no caveat of §6.3; say which it
 		// resembles.
-		{"fail/case-variant", []Caveat{raw("Can", `["calendar.*"]`)}, UnknownCaveat, "Can", `unknown caveat "Can": caveat names are matched exactly; did you mean "can"?`},
-		{"fail/case-variant-long-s", []Caveat{raw("ſvc", `["a"]`)}, UnknownCaveat, "ſvc", `did you mean "svc"?`},
-		{"fail/malformed", []Caveat{raw("svc", `"a.example"`)}, MalformedCaveat, "svc", `caveat "svc" is malformed`},
-		{"fail/malformed-risk", []Caveat{Risk("extreme")}, MalformedCaveat, "risk", "not low, medium or high"},
-		{"fail/repeated", []Caveat{Exp(now + 60), Exp(now + 30)}, RepeatedCaveat, "exp", `caveat "exp" appears twice`},
-		{"fail/empty-svc", []Caveat{Svc()}, EmptyList, "svc", "empty list"},
-		{"fail/empty-can", []Caveat{Can()}, EmptyList, "can", "empty list"},
-		{"fail/not-a-verb", []Caveat{Verbs("ASK", "DELETE")}, NotAVerb, "verbs", `verb "DELETE" is not a Parley verb (HELLO, ASK, INTENT, COMMIT, UNDO, EXPAND)`},
-		{"fail/verb-lower-case", []Caveat{Verbs("ask")}, NotAVerb, "verbs", `verb "ask"`},
-		{"fail/pattern-star-inside", []Caveat{Can("cal.*.x")}, BadPattern, "can", `"cal.*.x" must be a name`},
-		{"fail/pattern-empty", []Caveat{Can("")}, BadPattern, "can", `"" must be a name`},
-		{"fail/exp-now", []Caveat{Exp(now)}, ExpiryPassed, "exp", "not in the future"},
-		{"fail/nbf-after-exp", []Caveat{Nbf(now + 60), Exp(now + 60)}, NbfNotBeforeExp, "nbf", "nbf must be before exp"},
-		{"fail/negative-per", []Caveat{Per(Money{-1, "USD"})}, NegativeAmount, "per", "negative"},
-		{"fail/negative-spend", []Caveat{Spend(Money{-5, "USD"})}, NegativeAmount, "spend", "negative"},
-		{"fail/only", []Caveat{Only("h")}, OnlyNotAsked, "only", "consent grant"},
+		{"fail/case-variant", []Caveat{raw("Can", `["calendar.*"]`)}, unknownCaveat, "Can", `unknown caveat "Can": caveat names are matched exactly; did you mean "can"?`},
+		{"fail/case-variant-long-s", []Caveat{raw("ſvc", `["a"]`)}, unknownCaveat, "ſvc", `did you mean "svc"?`},
+		{"fail/malformed", []Caveat{raw("svc", `"a.example"`)}, malformedCaveat, "svc", `caveat "svc" is malformed`},
+		{"fail/malformed-risk", []Caveat{Risk("extreme")}, malformedCaveat, "risk", "not low, medium or high"},
+		{"fail/repeated", []Caveat{Exp(now + 60), Exp(now + 30)}, repeatedCaveat, "exp", `caveat "exp" appears twice`},
+		{"fail/empty-svc", []Caveat{Svc()}, emptyList, "svc", "empty list"},
+		{"fail/empty-can", []Caveat{Can()}, emptyList, "can", "empty list"},
+		{"fail/not-a-verb", []Caveat{Verbs("ASK", "DELETE")}, notAVerb, "verbs", `verb "DELETE" is not a Parley verb (HELLO, ASK, INTENT, COMMIT, UNDO, EXPAND)`},
+		{"fail/verb-lower-case", []Caveat{Verbs("ask")}, notAVerb, "verbs", `verb "ask"`},
+		{"fail/pattern-star-inside", []Caveat{Can("cal.*.x")}, badPattern, "can", `"cal.*.x" must be a name`},
+		{"fail/pattern-empty", []Caveat{Can("")}, badPattern, "can", `"" must be a name`},
+		{"fail/exp-now", []Caveat{Exp(now)}, expiryPassed, "exp", "not in the future"},
+		{"fail/nbf-after-exp", []Caveat{Nbf(now + 60), Exp(now + 60)}, nbfNotBeforeExp, "nbf", "nbf must be before exp"},
+		{"fail/negative-per", []Caveat{Per(Money{-1, "USD"})}, negativeAmount, "per", "negative"},
+		{"fail/negative-spend", []Caveat{Spend(Money{-5, "USD"})}, negativeAmount, "spend", "negative"},
+		{"fail/only", []Caveat{Only("h")}, onlyNotAsked, "only", "consent grant"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r, err := ParseRequest(tt.cavs, now)
-			var re *RequestError
+			var re *requestError
 			if !errors.As(err, &re) || r != nil {
-				t.Fatalf("ParseRequest = %+v, %v; want a *RequestError", r, err)
+				t.Fatalf("ParseRequest = %+v, %v; want a *requestError", r, err)
 			}
 			if re.Reason != tt.reason || re.Caveat != tt.caveat || !strings.Contains(re.Message, tt.message) {
 				t.Errorf("error %+v, want reason %d, caveat %q, message with %q", re, tt.reason, tt.caveat, tt.message)
