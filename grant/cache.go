@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 )
 
-// DefaultBlockCacheSize is the number of verified blocks a BlockCache holds
+// defaultBlockCacheSize is the number of verified blocks a BlockCache holds
 // when NewBlockCache is given no size: at about 100 bytes an entry, 400 KiB.
-const DefaultBlockCacheSize = 4096
+const defaultBlockCacheSize = 4096
 
 // blockCacheShards splits a BlockCache so that services verifying on many
 // cores do not all wait on one lock.
@@ -76,10 +76,10 @@ type blockCacheSlot struct {
 }
 
 // NewBlockCache returns a cache of at most size verified blocks; size < 1
-// means DefaultBlockCacheSize.
+// means defaultBlockCacheSize.
 func NewBlockCache(size int) *BlockCache {
 	if size < 1 {
-		size = DefaultBlockCacheSize
+		size = defaultBlockCacheSize
 	}
 	n := min(size, blockCacheShards)
 	c := &BlockCache{shards: make([]blockCacheShard, n)}
@@ -95,8 +95,8 @@ func NewBlockCache(size int) *BlockCache {
 	return c
 }
 
-// Len returns the number of blocks the cache holds.
-func (c *BlockCache) Len() int {
+// len returns the number of blocks the cache holds.
+func (c *BlockCache) len() int {
 	n := 0
 	for i := range c.shards {
 		s := &c.shards[i]

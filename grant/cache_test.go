@@ -86,8 +86,8 @@ func TestBlockCacheForgery(t *testing.T) {
 			if _, err := Verify([]string{tc.genuine.Encode()}, trusted, ok); err != nil {
 				t.Fatalf("genuine grant: %v", err)
 			}
-			if cache.Len() != len(tc.genuine.Blocks) {
-				t.Fatalf("cache holds %d blocks after verifying %d", cache.Len(), len(tc.genuine.Blocks))
+			if cache.len() != len(tc.genuine.Blocks) {
+				t.Fatalf("cache holds %d blocks after verifying %d", cache.len(), len(tc.genuine.Blocks))
 			}
 			ctx := tc.ctx
 			ctx.Cache = cache
@@ -138,8 +138,8 @@ func TestBlockCacheKey(t *testing.T) {
 		t.Fatal("a signature was accepted for a key that did not make it")
 	}
 	// A failed check is never remembered.
-	if c.verifySignature(pub(keyAgent), other, sig) || c.Len() != 1 {
-		t.Fatalf("after a failed check: cache holds %d entries", c.Len())
+	if c.verifySignature(pub(keyAgent), other, sig) || c.len() != 1 {
+		t.Fatalf("after a failed check: cache holds %d entries", c.len())
 	}
 	if c.verifySignature(pub(keyAgent)[:31], msg, sig) || c.verifySignature(pub(keyAgent), msg, sig[:63]) {
 		t.Fatal("a key or signature of the wrong length was accepted")
@@ -159,8 +159,8 @@ func TestBlockCacheStillChecksEverything(t *testing.T) {
 	if _, err := Verify(tok, []string{principalPub}, ask); err != nil {
 		t.Fatal(err)
 	}
-	if cache.Len() != 2 {
-		t.Fatalf("cache holds %d blocks, want 2", cache.Len())
+	if cache.len() != 2 {
+		t.Fatalf("cache holds %d blocks, want 2", cache.len())
 	}
 	with := func(f func(*Context)) Context { c := ask; f(&c); return c }
 	tests := []struct {
@@ -213,7 +213,7 @@ func TestBlockCacheFloodStaysBounded(t *testing.T) {
 		if _, err := Verify([]string{flood.Encode()}, trusted, c); err != nil {
 			t.Fatalf("flood grant %d: %v", i, err)
 		}
-		if n := cache.Len(); n > size {
+		if n := cache.len(); n > size {
 			t.Fatalf("after %d flood grants the cache holds %d blocks, over its bound of %d", i+1, n, size)
 		}
 		// Another agent's grant, verified between the flood's requests.
@@ -221,7 +221,7 @@ func TestBlockCacheFloodStaysBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := cache.Len(); n != size {
+	if n := cache.len(); n != size {
 		t.Fatalf("cache holds %d blocks, want it full at %d", n, size)
 	}
 	// CLOCK gives the entry that is hit between the flood's inserts a
@@ -239,7 +239,7 @@ func TestNewBlockCacheSize(t *testing.T) {
 		c := NewBlockCache(size)
 		want := size
 		if size < 1 {
-			want = DefaultBlockCacheSize
+			want = defaultBlockCacheSize
 		}
 		total := 0
 		for i := range c.shards {
@@ -300,8 +300,8 @@ func TestBlockCacheConcurrent(t *testing.T) {
 					errs <- fmt.Errorf("token %d at now+%d: got %v, %v; without a cache %v, %v", i, j*10, res, err, w.res, w.err)
 					return
 				}
-				if cache.Len() > 5 {
-					errs <- fmt.Errorf("cache holds %d blocks, over its bound of 5", cache.Len())
+				if cache.len() > 5 {
+					errs <- fmt.Errorf("cache holds %d blocks, over its bound of 5", cache.len())
 					return
 				}
 			}

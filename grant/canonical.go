@@ -42,14 +42,14 @@ var (
 // json text with a fraction or exponent, even when its value is whole: the
 // spec gives such numbers no canonical form. Strings that are not valid
 // UTF-8 are refused.
-func Canonical(v any) ([]byte, error) {
+func canonical(v any) ([]byte, error) {
 	return appendCanonical(nil, v, 0)
 }
 
 // CanonicalizeJSON parses raw as one JSON value and returns its canonical
 // form (§10). It refuses duplicate object keys, invalid UTF-8 (also through
 // \u escapes of lone surrogates), trailing data, nesting deeper than 64 and
-// every number that Canonical refuses.
+// every number that canonical refuses.
 func CanonicalizeJSON(raw []byte) ([]byte, error) {
 	// Most input is canonical already (clients write it so, to hash
 	// it): then it is its own canonical form, checked in one pass that
@@ -67,7 +67,7 @@ func canonicalizeParsed(raw []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Canonical(v)
+	return canonical(v)
 }
 
 func appendCanonical(dst []byte, v any, depth int) ([]byte, error) {

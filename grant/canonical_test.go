@@ -109,7 +109,7 @@ func TestCanonicalGoValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Canonical(tt.in)
+			got, err := canonical(tt.in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +137,7 @@ func TestCanonicalGoValues(t *testing.T) {
 	}
 	for _, tt := range refuse {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, err := Canonical(tt.in); err == nil {
+			if got, err := canonical(tt.in); err == nil {
 				t.Errorf("got %s, want an error", got)
 			}
 		})

@@ -63,9 +63,9 @@ var (
 )
 
 // caveatLimits bound a caveat value while a token is decoded. With them, a
-// caveat's evaluation costs at most MaxListLen pattern matches of at most
-// MaxStringLen bytes, whatever the attacker sends.
-var caveatLimits = jsontext.Limits{Depth: 8, List: MaxListLen, Str: MaxStringLen}
+// caveat's evaluation costs at most maxListLen pattern matches of at most
+// maxStringLen bytes, whatever the attacker sends.
+var caveatLimits = jsontext.Limits{Depth: 8, List: maxListLen, Str: maxStringLen}
 
 func stringsValue(ss []string) json.RawMessage {
 	b := []byte{'['}
@@ -132,8 +132,8 @@ func (c Caveat) Known() bool {
 // value (§6.3): svc, verbs and can take arrays of strings; exp and nbf
 // integers; per and spend {"currency": string, "max": int} and nothing
 // else; risk one of low, medium, high; only a string. Lists may be empty
-// (then nothing satisfies them). Values also stay within MaxListLen and
-// MaxStringLen.
+// (then nothing satisfies them). Values also stay within maxListLen and
+// maxStringLen.
 func (c Caveat) Check() error {
 	var err error
 	switch c.Name {
@@ -174,13 +174,13 @@ func (c Caveat) Strings() ([]string, error) {
 		r.I++
 	} else {
 		for {
-			if len(out) >= MaxListLen {
+			if len(out) >= maxListLen {
 				return nil, errTooLong
 			}
 			if r.Peek() != '"' {
 				return nil, errors.New("want an array of strings")
 			}
-			s, err := r.Str(MaxStringLen)
+			s, err := r.Str(maxStringLen)
 			if err != nil {
 				return nil, err
 			}
@@ -223,7 +223,7 @@ func (c Caveat) Money() (Money, error) {
 	if !r.Lit(`{"currency":`) || r.Peek() != '"' {
 		return Money{}, bad
 	}
-	cur, err := r.Str(MaxStringLen)
+	cur, err := r.Str(maxStringLen)
 	if err != nil {
 		return Money{}, err
 	}
@@ -249,7 +249,7 @@ func (c Caveat) Text() (string, error) {
 	if r.Peek() != '"' {
 		return "", errors.New("want a string")
 	}
-	s, err := r.Str(MaxStringLen)
+	s, err := r.Str(maxStringLen)
 	if err != nil {
 		return "", err
 	}
@@ -304,7 +304,7 @@ func (c *Caveat) UnmarshalJSON(data []byte) error {
 		return errors.New("caveat: want an object with exactly one key")
 	}
 	for k, val := range m {
-		b, err := Canonical(val)
+		b, err := canonical(val)
 		if err != nil {
 			return fmt.Errorf("caveat %q: %w", k, err)
 		}

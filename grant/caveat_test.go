@@ -70,7 +70,7 @@ func TestCaveatCheck(t *testing.T) {
 		{"fail/risk-list", raw("risk", `["low"]`)},
 		{"fail/only-number", raw("only", `1`)},
 		{"fail/trailing", raw("only", `"a""b"`)},
-		{"fail/list-too-long", Svc(make([]string, MaxListLen+1)...)},
+		{"fail/list-too-long", Svc(make([]string, maxListLen+1)...)},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {

@@ -53,7 +53,7 @@ func TestConformanceCanonical(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got2, err := Canonical(v)
+			got2, err := canonical(v)
 			if err != nil || string(got2) != c.Canonical {
 				t.Errorf("Canonical = %q, %v", got2, err)
 			}

@@ -41,7 +41,7 @@
 // only in case is an error, duplicate names are refused at any depth, and
 // invalid UTF-8 and trailing data are refused. Parsers that fold case or
 // keep the last of two names would otherwise read another document than
-// the one that was hashed, decided on and shown. Errors are *JSONError,
+// the one that was hashed, decided on and shown. Errors are *jsonError,
 // naming the member at fault.
 //
 // # Canonical JSON
@@ -57,8 +57,8 @@
 // Decode accepts a token only when its body is exactly canonical JSON, so a
 // token that decodes re-encodes to the same bytes and the bytes a signature
 // covers are the bytes received. It refuses unknown payload fields and
-// anything beyond the caps MaxTokenLen, MaxBlocks, MaxCaveatsPerBlock,
-// MaxStringLen and MaxListLen, each of which bounds the work an attacker can
+// anything beyond the caps MaxTokenLen, maxBlocks, maxCaveatsPerBlock,
+// maxStringLen and maxListLen, each of which bounds the work an attacker can
 // cause. Issue signs a root grant, Delegate appends a narrower block signed
 // by the current holder, IssueConsent signs a consent grant with exactly the
 // five caveats of §6.6.

@@ -158,7 +158,7 @@ func FuzzCaveatUnmarshal(f *testing.F) {
 				return errors.New("not one member")
 			}
 			for k, x := range m {
-				b, err := Canonical(x)
+				b, err := canonical(x)
 				if err != nil {
 					return err
 				}

@@ -12,7 +12,7 @@ func TestProofMessage(t *testing.T) {
 		t.Errorf("ProofMessage\n got %s\nwant %s", got, want)
 	}
 	// It is exactly canonical({"aud","verb","target","ts"}) (§6.5, §10).
-	c, err := Canonical(map[string]any{"aud": "cal.example.com", "verb": "COMMIT", "target": "a\"<b>\u2028", "ts": 1790000000})
+	c, err := canonical(map[string]any{"aud": "cal.example.com", "verb": "COMMIT", "target": "a\"<b>\u2028", "ts": 1790000000})
 	if err != nil || string(c) != got {
 		t.Errorf("Canonical = %s, %v", c, err)
 	}

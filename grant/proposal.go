@@ -147,7 +147,7 @@ func hashProposalMap(m map[string]any) ([]byte, string, error) {
 			rest[k] = v
 		}
 	}
-	c, err := Canonical(rest)
+	c, err := canonical(rest)
 	if err != nil {
 		return nil, "", fmt.Errorf("proposal: %w", err)
 	}
@@ -163,7 +163,7 @@ func hashProposalMap(m map[string]any) ([]byte, string, error) {
 // null or {window: int ≥ 0}; expires an integer; and no non-integer number
 // anywhere but in data, so that the proposal can be hashed. A member whose
 // name differs from one of these only in case ("Cost" beside "cost") is an
-// ErrNameCase error: a reader that folds case would see another proposal.
+// errNameCase error: a reader that folds case would see another proposal.
 // Other unknown members are kept for the hash only.
 //
 // From that one parse it computes the hash (ContentHash) and keeps the
@@ -223,7 +223,7 @@ func checkProposalNames(m map[string]any) error {
 	return nil
 }
 
-// exactNames returns an ErrNameCase error for the first name of m, in code
+// exactNames returns an errNameCase error for the first name of m, in code
 // point order, that is not in known but differs from one of them only in
 // case.
 func exactNames(m map[string]any, known []string, path string) error {
@@ -238,7 +238,7 @@ func exactNames(m map[string]any, known []string, path string) error {
 		}
 		for _, kn := range known {
 			if foldName(k) == foldName(kn) || strings.EqualFold(k, kn) {
-				return &JSONError{Path: path, Name: k, Known: kn, Err: ErrNameCase}
+				return &jsonError{Path: path, Name: k, Known: kn, Err: errNameCase}
 			}
 		}
 	}

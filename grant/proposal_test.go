@@ -179,9 +179,9 @@ func TestParseProposalOneReading(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := ParseProposal([]byte(attack))
-	var je *JSONError
-	if !errors.As(err, &je) || !errors.Is(err, ErrNameCase) || je.Name != "Cost" || je.Known != "cost" {
-		t.Fatalf("ParseProposal = %v, want ErrNameCase for \"Cost\"", err)
+	var je *jsonError
+	if !errors.As(err, &je) || !errors.Is(err, errNameCase) || je.Name != "Cost" || je.Known != "cost" {
+		t.Fatalf("ParseProposal = %v, want errNameCase for \"Cost\"", err)
 	}
 	if !strings.Contains(err.Error(), `"Cost"`) || !strings.Contains(err.Error(), `"cost"`) {
 		t.Errorf("message %q does not name the field", err)
@@ -197,7 +197,7 @@ func TestParseProposalOneReading(t *testing.T) {
 	} {
 		t.Run("fail/"+tt.name, func(t *testing.T) {
 			_, err := ParseProposal([]byte(strings.Replace(proposalJSON, tt.old, tt.new, 1)))
-			var je *JSONError
+			var je *jsonError
 			if !errors.As(err, &je) || je.Path != tt.path || je.Name != tt.field {
 				t.Errorf("ParseProposal = %#v, want a name error at %q for %q", err, tt.path, tt.field)
 			}

@@ -8,17 +8,17 @@ import (
 
 // The verbs of §4, in the spec's order.
 const (
-	VerbHello  = "HELLO"
-	VerbAsk    = "ASK"
-	VerbIntent = "INTENT"
-	VerbCommit = "COMMIT"
-	VerbUndo   = "UNDO"
-	VerbExpand = "EXPAND"
+	verbHello  = "HELLO"
+	verbAsk    = "ASK"
+	verbIntent = "INTENT"
+	verbCommit = "COMMIT"
+	verbUndo   = "UNDO"
+	verbExpand = "EXPAND"
 )
 
 // parleyVerbs is the one list of the verbs of §4; everything else derives
 // from it.
-var parleyVerbs = [...]string{VerbHello, VerbAsk, VerbIntent, VerbCommit, VerbUndo, VerbExpand}
+var parleyVerbs = [...]string{verbHello, verbAsk, verbIntent, verbCommit, verbUndo, verbExpand}
 
 // ParleyVerbs returns the six verbs of §4 in the spec's order: the names a
 // verbs caveat may list.

@@ -25,40 +25,40 @@ import (
 // proposal while the hash and the human's detail lines covered 1000 USD.
 
 // Errors of DecodeStrict that name a member, for errors.Is. Each comes
-// wrapped in a *JSONError that says where.
+// wrapped in a *jsonError that says where.
 var (
-	// ErrDuplicateName: an object has two members of the same name.
-	ErrDuplicateName = errors.New("duplicate name")
-	// ErrNameCase: a member's name differs from a field's name only in
+	// errDuplicateName: an object has two members of the same name.
+	errDuplicateName = errors.New("duplicate name")
+	// errNameCase: a member's name differs from a field's name only in
 	// case (as encoding/json or strings.EqualFold would fold it).
-	ErrNameCase = errors.New("name differs from a known name only in case")
-	// ErrUnknownName: a member that no field takes, from DecodeStrictKnown.
-	ErrUnknownName = errors.New("unknown name")
+	errNameCase = errors.New("name differs from a known name only in case")
+	// errUnknownName: a member that no field takes, from DecodeStrictKnown.
+	errUnknownName = errors.New("unknown name")
 )
 
-// JSONError is an error of DecodeStrict, DecodeStrictKnown and
+// jsonError is an error of DecodeStrict, DecodeStrictKnown and
 // ParseProposal: what is wrong and where.
-type JSONError struct {
+type jsonError struct {
 	// Path is the member or element that holds the fault, such as
 	// "effects[0]" or "consent"; "" for the top-level value.
 	Path string
 	// Offset is the byte offset in the input where the fault was found.
 	Offset int
-	// Name is the member name at fault, as sent, for ErrDuplicateName,
-	// ErrNameCase and ErrUnknownName.
+	// Name is the member name at fault, as sent, for errDuplicateName,
+	// errNameCase and errUnknownName.
 	Name string
-	// Known is, for ErrNameCase, the name of the field it resembles.
+	// Known is, for errNameCase, the name of the field it resembles.
 	Known string
-	// Err is ErrDuplicateName, ErrNameCase, ErrUnknownName or an error
+	// Err is errDuplicateName, errNameCase, errUnknownName or an error
 	// that describes malformed JSON or a value of the wrong type.
 	Err error
 }
 
-var _ error = (*JSONError)(nil)
+var _ error = (*jsonError)(nil)
 
 // Error says what is wrong, naming the member; names from the input are
 // quoted and cut to 40 characters.
-func (e *JSONError) Error() string {
+func (e *jsonError) Error() string {
 	var b strings.Builder
 	b.WriteString("json: ")
 	if e.Path != "" {
@@ -66,11 +66,11 @@ func (e *JSONError) Error() string {
 		b.WriteString(": ")
 	}
 	switch e.Err {
-	case ErrNameCase:
+	case errNameCase:
 		fmt.Fprintf(&b, "name %s differs only in case from %q; names must match exactly", quoteName(e.Name), e.Known)
-	case ErrDuplicateName:
+	case errDuplicateName:
 		fmt.Fprintf(&b, "duplicate name %s", quoteName(e.Name))
-	case ErrUnknownName:
+	case errUnknownName:
 		fmt.Fprintf(&b, "unknown name %s", quoteName(e.Name))
 	default:
 		msg := e.Err.Error()
@@ -86,7 +86,7 @@ func (e *JSONError) Error() string {
 }
 
 // Unwrap returns Err.
-func (e *JSONError) Unwrap() error { return e.Err }
+func (e *jsonError) Unwrap() error { return e.Err }
 
 func quoteName(s string) string { return strconv.Quote(cutName(s)) }
 
@@ -127,7 +127,7 @@ const maxStrictDepth = 128
 //     skipped as unknown;
 //   - a member matches a struct field only when its name equals the
 //     field's JSON name exactly. A name that differs from a field's name
-//     only in case ("Cost" for "cost") is an ErrNameCase error, never
+//     only in case ("Cost" for "cost") is an errNameCase error, never
 //     merged; any other name that no field takes is ignored (§2.1 lets
 //     readers ignore unknown fields; DecodeStrictKnown refuses them).
 //
@@ -140,12 +140,12 @@ const maxStrictDepth = 128
 // not strings, non-empty interfaces and []byte from base64 text are not
 // supported.
 //
-// Errors are *JSONError, whose Error names the member at fault. On error,
+// Errors are *jsonError, whose Error names the member at fault. On error,
 // v may have been partly set: do not use it.
 func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v, false) }
 
 // DecodeStrictKnown is DecodeStrict that also refuses a member no field of
-// its struct takes (ErrUnknownName), for objects whose every field must be
+// its struct takes (errUnknownName), for objects whose every field must be
 // accounted for, such as a request's body.
 func DecodeStrictKnown(data []byte, v any) error { return decodeStrict(data, v, true) }
 
@@ -208,15 +208,15 @@ func (d *strictDecoder) pathString() string {
 }
 
 func (d *strictDecoder) fail(err error) error {
-	var je *JSONError
+	var je *jsonError
 	if errors.As(err, &je) {
 		return err
 	}
-	return &JSONError{Path: d.pathString(), Offset: d.I, Err: err}
+	return &jsonError{Path: d.pathString(), Offset: d.I, Err: err}
 }
 
 func (d *strictDecoder) nameError(err error, name, known string, off int) error {
-	return &JSONError{Path: d.pathString(), Offset: off, Name: name, Known: known, Err: err}
+	return &jsonError{Path: d.pathString(), Offset: off, Name: name, Known: known, Err: err}
 }
 
 // typeError reports a value that the target cannot hold, in JSON's words:
@@ -494,7 +494,7 @@ func (d *strictDecoder) members(member func(name []byte, off int) error) error {
 		// Attack: two members of one name, which readers that keep the
 		// first and readers that keep the last see differently.
 		if !seen.Add(name) {
-			return d.nameError(ErrDuplicateName, string(name), "", off)
+			return d.nameError(errDuplicateName, string(name), "", off)
 		}
 		d.Space()
 		if d.I >= len(d.B) || d.B[d.I] != ':' {
@@ -533,10 +533,10 @@ func (d *strictDecoder) object(v reflect.Value, depth int) error {
 		f, ok := fields.byName[string(name)]
 		if !ok {
 			if known, ok := fields.variant(string(name)); ok {
-				return d.nameError(ErrNameCase, string(name), known, off)
+				return d.nameError(errNameCase, string(name), known, off)
 			}
 			if d.known {
-				return d.nameError(ErrUnknownName, string(name), "", off)
+				return d.nameError(errUnknownName, string(name), "", off)
 			}
 			d.enter(name)
 			err := d.skip(depth + 1)

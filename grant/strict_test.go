@@ -70,28 +70,28 @@ func TestDecodeStrict(t *testing.T) {
 	tests := []struct {
 		name, in string
 		err      error  // a sentinel that errors.Is must find, or nil for any error
-		path     string // JSONError.Path
-		nameAt   string // JSONError.Name
+		path     string // jsonError.Path
+		nameAt   string // jsonError.Name
 		msg      string // in Error()
 	}{
 		// The issue's attack: a second spelling of a field after the real
 		// one. encoding/json takes the last, case-insensitively.
-		{"fail/case-variant-after", `{"cost":{"amount":100000,"currency":"USD"},"Cost":null}`, ErrNameCase, "", "Cost", `name "Cost" differs only in case from "cost"`},
-		{"fail/case-variant-alone", `{"ID":"p_1"}`, ErrNameCase, "", "ID", `"ID"`},
-		{"fail/case-variant-nested", `{"items":[{"op":"a"},{"OP":"b"}]}`, ErrNameCase, "items[1]", "OP", `json: items[1]: name "OP"`},
-		{"fail/case-variant-in-pointer", `{"cost":{"Amount":1,"currency":"USD"}}`, ErrNameCase, "cost", "Amount", `"Amount"`},
-		{"fail/case-variant-no-tag", `{"notag":"x"}`, ErrNameCase, "", "notag", `"NoTag"`},
-		{"fail/case-variant-embedded", `{"E":"x"}`, ErrNameCase, "", "E", `"e"`},
+		{"fail/case-variant-after", `{"cost":{"amount":100000,"currency":"USD"},"Cost":null}`, errNameCase, "", "Cost", `name "Cost" differs only in case from "cost"`},
+		{"fail/case-variant-alone", `{"ID":"p_1"}`, errNameCase, "", "ID", `"ID"`},
+		{"fail/case-variant-nested", `{"items":[{"op":"a"},{"OP":"b"}]}`, errNameCase, "items[1]", "OP", `json: items[1]: name "OP"`},
+		{"fail/case-variant-in-pointer", `{"cost":{"Amount":1,"currency":"USD"}}`, errNameCase, "cost", "Amount", `"Amount"`},
+		{"fail/case-variant-no-tag", `{"notag":"x"}`, errNameCase, "", "notag", `"NoTag"`},
+		{"fail/case-variant-embedded", `{"E":"x"}`, errNameCase, "", "E", `"e"`},
 		// encoding/json folds these too: "ſ" (long s) folds with "s",
 		// the Kelvin sign with "k".
-		{"fail/long-s", `{"cav":[],"Shadow":1,"ſhadow":2}`, ErrNameCase, "", "Shadow", `"shadow"`},
-		{"fail/duplicate", `{"id":"a","id":"b"}`, ErrDuplicateName, "", "id", `duplicate name "id"`},
-		{"fail/duplicate-escaped", `{"id":"a","\u0069d":"b"}`, ErrDuplicateName, "", "id", `duplicate name "id"`},
-		{"fail/duplicate-in-map", `{"map":{"a":1,"a":2}}`, ErrDuplicateName, "map", "a", `json: map: duplicate name "a"`},
-		{"fail/duplicate-in-raw", `{"raw":{"cost":1,"x":{"cost":2,"cost":3}}}`, ErrDuplicateName, "raw.x", "cost", `json: raw.x: duplicate name "cost"`},
-		{"fail/duplicate-in-unknown", `{"other":[{"a":1,"a":1}]}`, ErrDuplicateName, "other[0]", "a", ""},
-		{"fail/duplicate-in-any", `{"any":{"a":{},"a":[]}}`, ErrDuplicateName, "any", "a", ""},
-		{"fail/duplicate-in-caveat", `{"cav":[{"can":["a"],"can":["b"]}]}`, ErrDuplicateName, "cav[0]", "can", ""},
+		{"fail/long-s", `{"cav":[],"Shadow":1,"ſhadow":2}`, errNameCase, "", "Shadow", `"shadow"`},
+		{"fail/duplicate", `{"id":"a","id":"b"}`, errDuplicateName, "", "id", `duplicate name "id"`},
+		{"fail/duplicate-escaped", `{"id":"a","\u0069d":"b"}`, errDuplicateName, "", "id", `duplicate name "id"`},
+		{"fail/duplicate-in-map", `{"map":{"a":1,"a":2}}`, errDuplicateName, "map", "a", `json: map: duplicate name "a"`},
+		{"fail/duplicate-in-raw", `{"raw":{"cost":1,"x":{"cost":2,"cost":3}}}`, errDuplicateName, "raw.x", "cost", `json: raw.x: duplicate name "cost"`},
+		{"fail/duplicate-in-unknown", `{"other":[{"a":1,"a":1}]}`, errDuplicateName, "other[0]", "a", ""},
+		{"fail/duplicate-in-any", `{"any":{"a":{},"a":[]}}`, errDuplicateName, "any", "a", ""},
+		{"fail/duplicate-in-caveat", `{"cav":[{"can":["a"],"can":["b"]}]}`, errDuplicateName, "cav[0]", "can", ""},
 		{"fail/bad-utf8-value", "{\"id\":\"\xff\"}", errUTF8, "id", "", "json: id: string is not valid UTF-8"},
 		{"fail/bad-utf8-name", "{\"\xc3\":1}", errUTF8, "", "", "not valid UTF-8"},
 		{"fail/lone-surrogate", `{"id":"\ud800"}`, nil, "id", "", "lone surrogate"},
@@ -110,9 +110,9 @@ func TestDecodeStrict(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var v strictTarget
 			err := DecodeStrict([]byte(tt.in), &v)
-			var je *JSONError
+			var je *jsonError
 			if !errors.As(err, &je) {
-				t.Fatalf("DecodeStrict = %v, want a *JSONError", err)
+				t.Fatalf("DecodeStrict = %v, want a *jsonError", err)
 			}
 			if tt.err != nil && !errors.Is(err, tt.err) {
 				t.Errorf("error %v is not %v", err, tt.err)
@@ -139,7 +139,7 @@ func TestDecodeStrict(t *testing.T) {
 	var strict struct {
 		Kind string `json:"kind"`
 	}
-	if err := DecodeStrict([]byte(`{"\u212aind":"x"}`), &strict); !errors.Is(err, ErrNameCase) {
+	if err := DecodeStrict([]byte(`{"\u212aind":"x"}`), &strict); !errors.Is(err, errNameCase) {
 		t.Errorf("Kelvin sign: %v", err)
 	}
 }
@@ -153,8 +153,8 @@ func TestDecodeStrictKnown(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := DecodeStrictKnown([]byte(`{"holder":"h","caveats":[],"admin":true}`), &v)
-	var je *JSONError
-	if !errors.As(err, &je) || !errors.Is(err, ErrUnknownName) || je.Name != "admin" || !strings.Contains(err.Error(), `unknown name "admin"`) {
+	var je *jsonError
+	if !errors.As(err, &je) || !errors.Is(err, errUnknownName) || je.Name != "admin" || !strings.Contains(err.Error(), `unknown name "admin"`) {
 		t.Errorf("unknown name: %v", err)
 	}
 	// A map takes any name; only duplicates are refused.
@@ -216,11 +216,11 @@ func FuzzDecodeStrict(f *testing.F) {
 			}
 			return
 		}
-		var je *JSONError
+		var je *jsonError
 		if !errors.As(errS, &je) {
-			t.Fatalf("error %v is not a *JSONError", errS)
+			t.Fatalf("error %v is not a *jsonError", errS)
 		}
-		if errJ == nil && !errors.Is(errS, ErrDuplicateName) && !errors.Is(errS, ErrNameCase) && !errors.Is(errS, errUTF8) &&
+		if errJ == nil && !errors.Is(errS, errDuplicateName) && !errors.Is(errS, errNameCase) && !errors.Is(errS, errUTF8) &&
 			!errors.Is(errS, errTooDeep) && !strings.Contains(errS.Error(), "lone surrogate") && utf8.Valid(in) {
 			t.Fatalf("DecodeStrict refuses what encoding/json accepts (%v): %q", errS, in)
 		}

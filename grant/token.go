@@ -19,22 +19,22 @@ const (
 	// CPU exhaustion: a request frame may be 1 MiB (§2.1), and without a
 	// cap every grant in it would be decoded and parsed in full.
 	MaxTokenLen = 64 << 10
-	// MaxBlocks bounds the blocks of a chain. Each block costs one Ed25519
+	// maxBlocks bounds the blocks of a chain. Each block costs one Ed25519
 	// verification, the most expensive step; the cap stops an attacker from
 	// making a service verify thousands of signatures for one request.
-	MaxBlocks = 16
-	// MaxCaveatsPerBlock bounds the caveats of one block. It stops an
+	maxBlocks = 16
+	// maxCaveatsPerBlock bounds the caveats of one block. It stops an
 	// attacker from making each evaluation (and each need list) arbitrarily
 	// long.
-	MaxCaveatsPerBlock = 32
-	// MaxStringLen bounds every string in a payload, in bytes of encoded
+	maxCaveatsPerBlock = 32
+	// maxStringLen bounds every string in a payload, in bytes of encoded
 	// JSON. It stops quadratic work in pattern matching and huge error
 	// messages and displays built from attacker text.
-	MaxStringLen = 1024
-	// MaxListLen bounds the items of a list (svc, verbs, can) and the
+	maxStringLen = 1024
+	// maxListLen bounds the items of a list (svc, verbs, can) and the
 	// members of any object inside a caveat value. It stops an attacker
 	// from making one caveat's evaluation scan an unbounded list.
-	MaxListLen = 64
+	maxListLen = 64
 )
 
 // TokenPrefix starts every encoded grant (§6.2).
@@ -150,7 +150,7 @@ func malformed(format string, args ...any) error {
 // signature: use CheckChain or Verify for that.
 //
 // Decode fails closed. It refuses a token over any cap (MaxTokenLen,
-// MaxBlocks, MaxCaveatsPerBlock, MaxStringLen, MaxListLen); a body that is
+// maxBlocks, maxCaveatsPerBlock, maxStringLen, maxListLen); a body that is
 // not exactly canonical JSON (§10), byte for byte, so that every token has
 // one spelling and the signed bytes are the bytes received; unknown payload
 // fields, which an older verifier could otherwise not account for; a root
@@ -181,8 +181,8 @@ func Decode(s string) (*Token, error) {
 	}
 	t := &Token{Blocks: make([]Block, 0, 4)}
 	for {
-		if len(t.Blocks) == MaxBlocks {
-			return nil, malformed("more than %d blocks", MaxBlocks)
+		if len(t.Blocks) == maxBlocks {
+			return nil, malformed("more than %d blocks", maxBlocks)
 		}
 		if !r.Lit(`{"p":`) {
 			return nil, malformed("block %d: want exactly the fields p and s", len(t.Blocks))
@@ -236,7 +236,7 @@ func decodePayload(r *jsontext.Canon, p *Payload, root bool) error {
 	}
 	seen, prevKey := 0, ""
 	for {
-		key, err := r.Str(MaxStringLen)
+		key, err := r.Str(maxStringLen)
 		if err != nil {
 			return err
 		}
@@ -265,7 +265,7 @@ func decodePayload(r *jsontext.Canon, p *Payload, root bool) error {
 			if r.Peek() != '"' {
 				return fmt.Errorf("%s: want a key", key)
 			}
-			s, err := r.Str(MaxStringLen)
+			s, err := r.Str(maxStringLen)
 			if err != nil {
 				return fmt.Errorf("%s: %w", key, err)
 			}
@@ -284,7 +284,7 @@ func decodePayload(r *jsontext.Canon, p *Payload, root bool) error {
 			if r.Peek() != '"' {
 				return errors.New("nonce: want a string")
 			}
-			if p.Nonce, err = r.Str(MaxStringLen); err != nil {
+			if p.Nonce, err = r.Str(maxStringLen); err != nil {
 				return fmt.Errorf("nonce: %w", err)
 			}
 		case "prev":
@@ -292,7 +292,7 @@ func decodePayload(r *jsontext.Canon, p *Payload, root bool) error {
 			if r.Peek() != '"' {
 				return errors.New("prev: want a block id")
 			}
-			if p.Prev, err = r.Str(MaxStringLen); err != nil {
+			if p.Prev, err = r.Str(maxStringLen); err != nil {
 				return fmt.Errorf("prev: %w", err)
 			}
 			if _, err := b64DecodeLen(p.Prev, sha256.Size); err != nil {
@@ -334,13 +334,13 @@ func decodeCaveats(r *jsontext.Canon) ([]Caveat, error) {
 		return out, nil
 	}
 	for {
-		if len(out) == MaxCaveatsPerBlock {
-			return nil, fmt.Errorf("more than %d caveats", MaxCaveatsPerBlock)
+		if len(out) == maxCaveatsPerBlock {
+			return nil, fmt.Errorf("more than %d caveats", maxCaveatsPerBlock)
 		}
 		if !r.Lit("{") || r.Peek() != '"' {
 			return nil, errors.New("a caveat is an object with one key")
 		}
-		name, err := r.Str(MaxStringLen)
+		name, err := r.Str(maxStringLen)
 		if err != nil {
 			return nil, err
 		}
@@ -419,7 +419,7 @@ func (t *Token) checkChain(cache *BlockCache) ([]string, *Error) {
 	if len(t.Blocks) == 0 {
 		return nil, newError(CodeUnauthorized, "grant has no blocks")
 	}
-	if len(t.Blocks) > MaxBlocks {
+	if len(t.Blocks) > maxBlocks {
 		return nil, newError(CodeUnauthorized, "grant has too many blocks")
 	}
 	ids := make([]string, len(t.Blocks))
@@ -472,8 +472,8 @@ func NewNonce(rand io.Reader) (string, error) {
 }
 
 func checkNewCaveats(caveats []Caveat) error {
-	if len(caveats) > MaxCaveatsPerBlock {
-		return fmt.Errorf("more than %d caveats", MaxCaveatsPerBlock)
+	if len(caveats) > maxCaveatsPerBlock {
+		return fmt.Errorf("more than %d caveats", maxCaveatsPerBlock)
 	}
 	for _, c := range caveats {
 		// Never sign a caveat that every verifier would refuse anyway.
@@ -503,7 +503,7 @@ func Issue(principal crypto.Signer, holder ed25519.PublicKey, caveats []Caveat, 
 	if err := checkHolder(holder); err != nil {
 		return nil, fmt.Errorf("issue: %w", err)
 	}
-	if nonce == "" || len(nonce) > MaxStringLen/2 {
+	if nonce == "" || len(nonce) > maxStringLen/2 {
 		return nil, errors.New("issue: nonce must be 1 to 512 bytes")
 	}
 	if err := checkNewCaveats(caveats); err != nil {
@@ -540,8 +540,8 @@ func (t *Token) Delegate(holder crypto.Signer, to ed25519.PublicKey, caveats []C
 	if FormatPublicKey(pub) != t.Holder() {
 		return nil, errors.New("delegate: the signing key does not hold this grant")
 	}
-	if len(t.Blocks) >= MaxBlocks {
-		return nil, fmt.Errorf("delegate: a grant has at most %d blocks", MaxBlocks)
+	if len(t.Blocks) >= maxBlocks {
+		return nil, fmt.Errorf("delegate: a grant has at most %d blocks", maxBlocks)
 	}
 	if err := checkHolder(to); err != nil {
 		return nil, fmt.Errorf("delegate: %w", err)
@@ -583,7 +583,7 @@ type ConsentRequest struct {
 // the first three, only (which constrains COMMIT alone) would leave a
 // blanket grant for every other verb at every service.
 func ConsentCaveats(service, capability, hash string, expires int64) []Caveat {
-	return []Caveat{Svc(service), Verbs(VerbCommit), Can(capability), Only(hash), Exp(expires)}
+	return []Caveat{Svc(service), Verbs(verbCommit), Can(capability), Only(hash), Exp(expires)}
 }
 
 // IssueConsent signs a consent grant (§6.6) for c: a root grant from

@@ -104,8 +104,8 @@ func TestDecode(t *testing.T) {
 		{"ok/unknown-caveat-decodes", tokenOf(withCaveats(`{"region":"eu"}`))},
 		{"ok/malformed-caveat-value-decodes", tokenOf(withCaveats(`{"svc":"shop.example"}`))},
 		{"ok/nested-caveat-value", tokenOf(withCaveats(`{"x":{"a":[1,{"b":null}]}}`))},
-		{"ok/max-blocks", tokenOf(append([]string{okRoot}, repeat(deleg, MaxBlocks-1)...)...)},
-		{"ok/max-caveats", tokenOf(withCaveats(many(MaxCaveatsPerBlock, `{"exp":1}`)))},
+		{"ok/max-blocks", tokenOf(append([]string{okRoot}, repeat(deleg, maxBlocks-1)...)...)},
+		{"ok/max-caveats", tokenOf(withCaveats(many(maxCaveatsPerBlock, `{"exp":1}`)))},
 	}
 	for _, tt := range okCases {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,10 +163,10 @@ func TestDecode(t *testing.T) {
 		{"fail/sig-short", encodeBody(`[{"p":` + okRoot + `,"s":"` + sig86[:85] + `"}]`)},
 		{"fail/sig-padded", encodeBody(`[{"p":` + okRoot + `,"s":"` + sig86 + `=="}]`)},
 		{"fail/sig-not-string", encodeBody(`[{"p":` + okRoot + `,"s":1}]`)},
-		{"fail/too-many-blocks", tokenOf(append([]string{okRoot}, repeat(deleg, MaxBlocks)...)...)},
-		{"fail/too-many-caveats", tokenOf(withCaveats(many(MaxCaveatsPerBlock+1, `{"exp":1}`)))},
-		{"fail/list-too-long", tokenOf(withCaveats(`{"svc":[` + many(MaxListLen+1, `"a"`) + `]}`))},
-		{"fail/string-too-long", tokenOf(strings.Replace(okRoot, `"nonce":"n"`, `"nonce":"`+strings.Repeat("n", MaxStringLen+1)+`"`, 1))},
+		{"fail/too-many-blocks", tokenOf(append([]string{okRoot}, repeat(deleg, maxBlocks)...)...)},
+		{"fail/too-many-caveats", tokenOf(withCaveats(many(maxCaveatsPerBlock+1, `{"exp":1}`)))},
+		{"fail/list-too-long", tokenOf(withCaveats(`{"svc":[` + many(maxListLen+1, `"a"`) + `]}`))},
+		{"fail/string-too-long", tokenOf(strings.Replace(okRoot, `"nonce":"n"`, `"nonce":"`+strings.Repeat("n", maxStringLen+1)+`"`, 1))},
 		{"fail/token-too-long", tokenOf(withCaveats(many(30, `{"x":"`+strings.Repeat("y", 1000)+`"}`)), withCaveats(many(30, `{"x":"`+strings.Repeat("y", 1000)+`"}`)))},
 	}
 	for _, tt := range failCases {
@@ -220,7 +220,7 @@ func TestIssueRefuses(t *testing.T) {
 		{"fail/malformed-risk", keyPrincipal, agent, []Caveat{Risk("extreme")}, 1, "n"},
 		{"fail/svc-not-list", keyPrincipal, agent, []Caveat{{Name: "svc", Value: []byte(`"a"`)}}, 1, "n"},
 		{"fail/exp-out-of-range", keyPrincipal, agent, []Caveat{Exp(1 << 60)}, 1, "n"},
-		{"fail/too-many-caveats", keyPrincipal, agent, make([]Caveat, MaxCaveatsPerBlock+1), 1, "n"},
+		{"fail/too-many-caveats", keyPrincipal, agent, make([]Caveat, maxCaveatsPerBlock+1), 1, "n"},
 		{"fail/empty-nonce", keyPrincipal, agent, nil, 1, ""},
 		{"fail/iat-out-of-range", keyPrincipal, agent, nil, -1 << 60, "n"},
 		{"fail/short-holder", keyPrincipal, agent[:31], nil, 1, "n"},
@@ -256,11 +256,11 @@ func TestDelegate(t *testing.T) {
 	})
 	t.Run("fail/max-blocks", func(t *testing.T) {
 		tok := root
-		for range MaxBlocks - 1 {
+		for range maxBlocks - 1 {
 			tok = delegate(t, tok, keyAgent, keyAgent)
 		}
 		if _, err := tok.Delegate(keyAgent, pub(keyAgent), nil, testNow); err == nil {
-			t.Errorf("delegated past %d blocks", MaxBlocks)
+			t.Errorf("delegated past %d blocks", maxBlocks)
 		}
 	})
 	t.Run("ok/original-unchanged", func(t *testing.T) {
@@ -347,7 +347,7 @@ func TestConsent(t *testing.T) {
 	}
 	// Exactly the five caveats of §6.6, errata 3, in this order.
 	want := `[{"svc":["shop.example"]},{"verbs":["COMMIT"]},{"can":["shop.order"]},{"only":"HASH_OK"},{"exp":1790000600}]`
-	got, err := Canonical(tok.Blocks[0].Payload.Caveats)
+	got, err := canonical(tok.Blocks[0].Payload.Caveats)
 	if err != nil {
 		t.Fatal(err)
 	}
