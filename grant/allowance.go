@@ -37,44 +37,44 @@ func (t *Token) Allowance() Allowance {
 	for i := range t.Blocks {
 		for _, c := range t.Blocks[i].Payload.Caveats {
 			switch c.Name {
-			case CaveatSvc, CaveatVerbs, CaveatCan:
+			case kindSvc, kindVerbs, kindCan:
 				ss, err := c.Strings()
 				if err != nil {
 					continue
 				}
 				switch c.Name {
-				case CaveatSvc:
+				case kindSvc:
 					svc = append(svc, ss)
-				case CaveatVerbs:
+				case kindVerbs:
 					verbs = append(verbs, ss)
 				default:
 					a.Can = append(a.Can, ss)
 				}
-			case CaveatExp:
+			case kindExp:
 				if n, err := c.Int(); err == nil && (!a.HasExp || n < a.Exp) {
 					a.Exp, a.HasExp = n, true
 				}
-			case CaveatNbf:
+			case kindNbf:
 				if n, err := c.Int(); err == nil && (!a.HasNbf || n > a.Nbf) {
 					a.Nbf, a.HasNbf = n, true
 				}
-			case CaveatPer, CaveatSpend:
+			case kindPer, kindSpend:
 				if m, err := c.Money(); err == nil {
-					if c.Name == CaveatPer {
+					if c.Name == kindPer {
 						a.Per = append(a.Per, m)
 					} else {
 						a.Spend = append(a.Spend, m)
 					}
 				}
-			case CaveatRisk:
+			case kindRisk:
 				if s, err := c.Text(); err == nil {
-					if r, ok := RiskRank(s); ok {
-						if cur, _ := RiskRank(a.Risk); a.Risk == "" || r < cur {
+					if r, ok := riskRank(s); ok {
+						if cur, _ := riskRank(a.Risk); a.Risk == "" || r < cur {
 							a.Risk = s
 						}
 					}
 				}
-			case CaveatOnly:
+			case kindOnly:
 				if s, err := c.Text(); err == nil {
 					a.Only = append(a.Only, s)
 				}
@@ -137,10 +137,10 @@ func (a Allowance) Narrowing(c Caveat, now int64) Narrowing {
 		return n
 	}
 	switch c.Name {
-	case CaveatSvc, CaveatVerbs:
+	case kindSvc, kindVerbs:
 		news, _ := c.Strings()
 		allowed := a.Svc
-		if c.Name == CaveatVerbs {
+		if c.Name == kindVerbs {
 			allowed = a.Verbs
 		}
 		if allowed == nil {
@@ -154,18 +154,18 @@ func (a Allowance) Narrowing(c Caveat, now int64) Narrowing {
 		if subset(allowed, news) {
 			n.Narrows, n.By = false, Caveat{Name: c.Name, Value: stringsValue(allowed)}
 		}
-	case CaveatCan:
+	case kindCan:
 		news, _ := c.Strings()
 		for _, p := range a.Can {
 			if coversAll(news, p) {
 				return Narrowing{By: Can(p...)}
 			}
 		}
-	case CaveatExp:
+	case kindExp:
 		if v, _ := c.Int(); a.HasExp && v >= a.Exp {
 			n.Narrows, n.By = false, Exp(a.Exp)
 		}
-	case CaveatNbf:
+	case kindNbf:
 		v, _ := c.Int()
 		switch {
 		case a.HasNbf && v <= a.Nbf:
@@ -173,10 +173,10 @@ func (a Allowance) Narrowing(c Caveat, now int64) Narrowing {
 		case v <= now:
 			n.Narrows = false
 		}
-	case CaveatPer, CaveatSpend:
+	case kindPer, kindSpend:
 		m, _ := c.Money()
 		limits, mk := a.Per, Per
-		if c.Name == CaveatSpend {
+		if c.Name == kindSpend {
 			limits, mk = a.Spend, Spend
 		}
 		for _, p := range limits {
@@ -184,13 +184,13 @@ func (a Allowance) Narrowing(c Caveat, now int64) Narrowing {
 				return Narrowing{By: mk(p)}
 			}
 		}
-	case CaveatRisk:
+	case kindRisk:
 		s, _ := c.Text()
-		r, _ := RiskRank(s)
-		if cur, ok := RiskRank(a.Risk); ok && cur <= r {
+		r, _ := riskRank(s)
+		if cur, ok := riskRank(a.Risk); ok && cur <= r {
 			n.Narrows, n.By = false, Risk(a.Risk)
 		}
-	case CaveatOnly:
+	case kindOnly:
 		s, _ := c.Text()
 		switch {
 		case slices.Contains(a.Only, s):

@@ -9,9 +9,9 @@ import (
 
 func TestAllowance(t *testing.T) {
 	root := issue(t, Svc("a.example", "b.example", "c.example"), Verbs("ASK", "COMMIT"), Can("shop.*"),
-		Exp(testNow+3600), Nbf(testNow-10), Per(Money{3000, "USD"}), Spend(Money{5000, "USD"}), Risk(RiskMedium))
+		Exp(testNow+3600), Nbf(testNow-10), Per(Money{3000, "USD"}), Spend(Money{5000, "USD"}), Risk(riskMedium))
 	tok := delegate(t, root, keyAgent, keySub, Svc("b.example", "c.example", "z.example"), Can("shop.order", "shop.search"),
-		Exp(testNow+600), Nbf(testNow-100), Risk(RiskHigh), Only("H1"))
+		Exp(testNow+600), Nbf(testNow-100), Risk(riskHigh), Only("H1"))
 	// A caveat this package does not know allows nothing, and adds no
 	// limit Allowance could state.
 	tok.Blocks[1].Payload.Caveats = append(tok.Blocks[1].Payload.Caveats, Caveat{Name: "future", Value: json.RawMessage("1")})
@@ -20,7 +20,7 @@ func TestAllowance(t *testing.T) {
 		Svc: []string{"b.example", "c.example"}, Verbs: []string{"ASK", "COMMIT"},
 		Can: [][]string{{"shop.*"}, {"shop.order", "shop.search"}},
 		Exp: testNow + 600, HasExp: true, Nbf: testNow - 10, HasNbf: true,
-		Per: []Money{{3000, "USD"}}, Spend: []Money{{5000, "USD"}}, Risk: RiskMedium, Only: []string{"H1"},
+		Per: []Money{{3000, "USD"}}, Spend: []Money{{5000, "USD"}}, Risk: riskMedium, Only: []string{"H1"},
 	}
 	if diff := cmp.Diff(want, a); diff != "" {
 		t.Errorf("Allowance (-want +got):\n%s", diff)
@@ -58,8 +58,8 @@ func TestAllowance(t *testing.T) {
 		{"ok/per-other-currency", Per(Money{1, "EUR"}), true, nil, "", false},
 		{"fail/per-higher", Per(Money{4000, "USD"}), false, nil, `{"per":{"currency":"USD","max":3000}}`, false},
 		{"fail/spend-same", Spend(Money{5000, "USD"}), false, nil, `{"spend":{"currency":"USD","max":5000}}`, false},
-		{"ok/risk-lower", Risk(RiskLow), true, nil, "", false},
-		{"fail/risk-same", Risk(RiskMedium), false, nil, `{"risk":"medium"}`, false},
+		{"ok/risk-lower", Risk(riskLow), true, nil, "", false},
+		{"fail/risk-same", Risk(riskMedium), false, nil, `{"risk":"medium"}`, false},
 		{"fail/only-same", Only("H1"), false, nil, `{"only":"H1"}`, false},
 		{"ok/only-other-excludes", Only("H2"), true, nil, `{"only":"H1"}`, true},
 		{"ok/unknown-narrows-all", Caveat{Name: "x", Value: json.RawMessage("1")}, true, nil, "", false},

@@ -11,7 +11,7 @@ import (
 func benchChain(b *testing.B, n int) (tok string, holder string, keys []ed25519.PublicKey, msgs, sigs [][]byte) {
 	b.Helper()
 	t := issue(b, Svc("shop.example"), Can("shop.*"), Exp(testNow+3600),
-		Spend(Money{5000, "USD"}), Per(Money{3000, "USD"}), Risk(RiskMedium))
+		Spend(Money{5000, "USD"}), Per(Money{3000, "USD"}), Risk(riskMedium))
 	signer := keyAgent
 	for i := 1; i < n; i++ {
 		next := seedKey(b64.EncodeToString([]byte(fmt.Sprintf("bench-key-%022d", i))))
@@ -42,7 +42,7 @@ func BenchmarkVerify(b *testing.B) {
 		tok, holder, keys, msgs, sigs := benchChain(b, n)
 		ctx := Context{
 			Service: "shop.example", Verb: "COMMIT", Capability: "shop.order", Now: testNow, ProofKey: holder,
-			Proposal: &ProposalFacts{Hash: "H", Cost: &Money{1000, "USD"}, Risk: RiskLow},
+			Proposal: &ProposalFacts{Hash: "H", Cost: &Money{1000, "USD"}, Risk: riskLow},
 			Spent:    map[string]int64{"x": 1},
 		}
 		tokens, trusted := []string{tok}, []string{principalPub}

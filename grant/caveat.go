@@ -24,33 +24,33 @@ type Caveat struct {
 
 // The caveat kinds of §6.3.
 const (
-	CaveatSvc   = "svc"
-	CaveatVerbs = "verbs"
-	CaveatCan   = "can"
-	CaveatExp   = "exp"
-	CaveatNbf   = "nbf"
-	CaveatPer   = "per"
-	CaveatSpend = "spend"
-	CaveatRisk  = "risk"
-	CaveatOnly  = "only"
+	kindSvc   = "svc"
+	kindVerbs = "verbs"
+	kindCan   = "can"
+	kindExp   = "exp"
+	kindNbf   = "nbf"
+	kindPer   = "per"
+	kindSpend = "spend"
+	kindRisk  = "risk"
+	kindOnly  = "only"
 )
 
 // The risk levels of §5.1 and §6.3, in increasing order.
 const (
-	RiskLow    = "low"
-	RiskMedium = "medium"
-	RiskHigh   = "high"
+	riskLow    = "low"
+	riskMedium = "medium"
+	riskHigh   = "high"
 )
 
-// RiskRank returns the order of a risk level (low 0, medium 1, high 2) and
+// riskRank returns the order of a risk level (low 0, medium 1, high 2) and
 // whether level is one of the three.
-func RiskRank(level string) (int, bool) {
+func riskRank(level string) (int, bool) {
 	switch level {
-	case RiskLow:
+	case riskLow:
 		return 0, true
-	case RiskMedium:
+	case riskMedium:
 		return 1, true
-	case RiskHigh:
+	case riskHigh:
 		return 2, true
 	}
 	return 0, false
@@ -90,39 +90,39 @@ func moneyValue(m Money) json.RawMessage {
 }
 
 // Svc returns {"svc": ids}: only at the listed services.
-func Svc(ids ...string) Caveat { return Caveat{CaveatSvc, stringsValue(ids)} }
+func Svc(ids ...string) Caveat { return Caveat{kindSvc, stringsValue(ids)} }
 
 // Verbs returns {"verbs": verbs}: only the listed verbs.
-func Verbs(verbs ...string) Caveat { return Caveat{CaveatVerbs, stringsValue(verbs)} }
+func Verbs(verbs ...string) Caveat { return Caveat{kindVerbs, stringsValue(verbs)} }
 
 // Can returns {"can": patterns}: only capabilities matching a pattern.
-func Can(patterns ...string) Caveat { return Caveat{CaveatCan, stringsValue(patterns)} }
+func Can(patterns ...string) Caveat { return Caveat{kindCan, stringsValue(patterns)} }
 
 // Exp returns {"exp": unix}: only while now < unix.
-func Exp(unix int64) Caveat { return Caveat{CaveatExp, strconv.AppendInt(nil, unix, 10)} }
+func Exp(unix int64) Caveat { return Caveat{kindExp, strconv.AppendInt(nil, unix, 10)} }
 
 // Nbf returns {"nbf": unix}: only once now ≥ unix.
-func Nbf(unix int64) Caveat { return Caveat{CaveatNbf, strconv.AppendInt(nil, unix, 10)} }
+func Nbf(unix int64) Caveat { return Caveat{kindNbf, strconv.AppendInt(nil, unix, 10)} }
 
 // Per returns {"per": {"max": m.Amount, "currency": m.Currency}}: a COMMIT
 // costs at most m.
-func Per(m Money) Caveat { return Caveat{CaveatPer, moneyValue(m)} }
+func Per(m Money) Caveat { return Caveat{kindPer, moneyValue(m)} }
 
 // Spend returns {"spend": {"max": m.Amount, "currency": m.Currency}}: the
 // commits under this block cost at most m in total.
-func Spend(m Money) Caveat { return Caveat{CaveatSpend, moneyValue(m)} }
+func Spend(m Money) Caveat { return Caveat{kindSpend, moneyValue(m)} }
 
 // Risk returns {"risk": level}: a COMMIT's proposal risk is at most level.
-func Risk(level string) Caveat { return Caveat{CaveatRisk, stringValue(level)} }
+func Risk(level string) Caveat { return Caveat{kindRisk, stringValue(level)} }
 
 // Only returns {"only": hash}: a COMMIT only of the proposal with that hash.
-func Only(hash string) Caveat { return Caveat{CaveatOnly, stringValue(hash)} }
+func Only(hash string) Caveat { return Caveat{kindOnly, stringValue(hash)} }
 
 // Known reports whether c is one of the nine kinds of §6.3.
 func (c Caveat) Known() bool {
 	switch c.Name {
-	case CaveatSvc, CaveatVerbs, CaveatCan, CaveatExp, CaveatNbf,
-		CaveatPer, CaveatSpend, CaveatRisk, CaveatOnly:
+	case kindSvc, kindVerbs, kindCan, kindExp, kindNbf,
+		kindPer, kindSpend, kindRisk, kindOnly:
 		return true
 	}
 	return false
@@ -137,18 +137,18 @@ func (c Caveat) Known() bool {
 func (c Caveat) Check() error {
 	var err error
 	switch c.Name {
-	case CaveatSvc, CaveatVerbs, CaveatCan:
+	case kindSvc, kindVerbs, kindCan:
 		_, err = c.Strings()
-	case CaveatExp, CaveatNbf:
+	case kindExp, kindNbf:
 		_, err = c.Int()
-	case CaveatPer, CaveatSpend:
+	case kindPer, kindSpend:
 		_, err = c.Money()
-	case CaveatOnly:
+	case kindOnly:
 		_, err = c.Text()
-	case CaveatRisk:
+	case kindRisk:
 		var s string
 		if s, err = c.Text(); err == nil {
-			if _, ok := RiskRank(s); !ok {
+			if _, ok := riskRank(s); !ok {
 				err = fmt.Errorf("risk level %q is not low, medium or high", s)
 			}
 		}

@@ -39,7 +39,7 @@ func TestCaveatCheck(t *testing.T) {
 	raw := func(name, v string) Caveat { return Caveat{Name: name, Value: json.RawMessage(v)} }
 	ok := []Caveat{
 		Svc("a"), Svc(), Verbs("ASK"), Can("*"), Exp(0), Nbf(-5), Per(Money{0, "USD"}),
-		Spend(Money{1, "usd"}), Risk(RiskLow), Risk(RiskHigh), Only(""),
+		Spend(Money{1, "usd"}), Risk(riskLow), Risk(riskHigh), Only(""),
 	}
 	for _, c := range ok {
 		if err := c.Check(); err != nil {

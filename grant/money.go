@@ -24,7 +24,7 @@ func (m Money) String() string {
 		b.WriteByte('-')
 		u = -u // two's complement: right for math.MinInt64 too
 	}
-	if ZeroDecimal(m.Currency) {
+	if zeroDecimal[m.Currency] {
 		b.WriteString(strconv.FormatUint(u, 10))
 	} else {
 		b.WriteString(strconv.FormatUint(u/100, 10))
@@ -45,9 +45,6 @@ var zeroDecimal = map[string]bool{
 	"JPY": true, "KRW": true, "VND": true, "CLP": true,
 	"ISK": true, "UGX": true, "XAF": true, "XOF": true,
 }
-
-// ZeroDecimal reports whether currency has no decimal places (§9.2).
-func ZeroDecimal(currency string) bool { return zeroDecimal[currency] }
 
 // maxMajor bounds parsed amounts so that minor units stay well inside the
 // integer range that canonical JSON allows (§10).
@@ -79,7 +76,7 @@ func ParseMoney(s string) (Money, error) {
 	if err != nil || w > maxMajor {
 		return Money{}, fmt.Errorf("money %q: amount too large", orig)
 	}
-	if ZeroDecimal(cur) {
+	if zeroDecimal[cur] {
 		if hasDot {
 			return Money{}, fmt.Errorf("money %q: %s has no minor unit, write a whole number", orig, cur)
 		}

@@ -334,7 +334,7 @@ func checkProposalShape(m map[string]any) error {
 	}
 	if r, _ := m["risk"].(string); r == "" {
 		return errors.New("risk: want low, medium or high")
-	} else if _, ok := RiskRank(r); !ok {
+	} else if _, ok := riskRank(r); !ok {
 		return fmt.Errorf("risk: %q is not low, medium or high", r)
 	}
 	switch u := m["undo"].(type) {

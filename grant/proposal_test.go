@@ -31,13 +31,13 @@ func TestParseProposal(t *testing.T) {
 			{Op: "charge", Target: "card/visa-1", Detail: "12.50 USD"},
 			{Op: "update", Target: "cart", Field: "items", From: json.Number("1")},
 		},
-		Cost: &Money{1250, "USD"}, Risk: RiskMedium, Undo: &Undo{Window: 3600}, Expires: 1790000600,
+		Cost: &Money{1250, "USD"}, Risk: riskMedium, Undo: &Undo{Window: 3600}, Expires: 1790000600,
 		Data: json.RawMessage(`{"weight": 0.35}`),
 	}
 	if diff := cmp.Diff(want, p, cmpopts.IgnoreUnexported(Proposal{})); diff != "" {
 		t.Errorf("ParseProposal (-want +got):\n%s", diff)
 	}
-	if f := p.Facts(); f.Cost != p.Cost || f.Risk != RiskMedium {
+	if f := p.Facts(); f.Cost != p.Cost || f.Risk != riskMedium {
 		t.Errorf("Facts = %+v", f)
 	}
 
@@ -171,7 +171,7 @@ func TestParseProposalOneReading(t *testing.T) {
 	var lenient Proposal
 	dec := json.NewDecoder(strings.NewReader(attack))
 	dec.UseNumber()
-	if err := dec.Decode(&lenient); err != nil || lenient.Cost != nil || lenient.Risk != RiskLow {
+	if err := dec.Decode(&lenient); err != nil || lenient.Cost != nil || lenient.Risk != riskLow {
 		t.Fatalf("encoding/json reads the attack differently than expected: %+v %v", lenient, err)
 	}
 	// The hash covers both spellings, so a service could have signed it.

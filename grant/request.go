@@ -29,9 +29,9 @@ func ParleyVerbs() []string { return slices.Clone(parleyVerbs[:]) }
 // that lists only HELLO authorizes nothing.
 func GrantVerbs() []string { return slices.Clone(parleyVerbs[1:]) }
 
-// IsParleyVerb reports whether v is a verb of §4, exactly as the spec
+// isParleyVerb reports whether v is a verb of §4, exactly as the spec
 // writes it: verbs are upper case.
-func IsParleyVerb(v string) bool { return slices.Contains(parleyVerbs[:], v) }
+func isParleyVerb(v string) bool { return slices.Contains(parleyVerbs[:], v) }
 
 // MaxRequestCaveats bounds the caveats of one request for a new grant. A
 // longer list is an attempt to make checking and policy matching
@@ -124,22 +124,22 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 		}
 		seen[c.Name] = true
 		switch c.Name {
-		case CaveatSvc, CaveatVerbs, CaveatCan:
+		case kindSvc, kindVerbs, kindCan:
 			list, _ := c.Strings()
 			if len(list) == 0 {
 				return bad(emptyList, c.Name, "caveat %q has an empty list, which would allow nothing", c.Name)
 			}
 			switch c.Name {
-			case CaveatSvc:
+			case kindSvc:
 				r.Svc = list
-			case CaveatVerbs:
+			case kindVerbs:
 				for _, v := range list {
-					if !IsParleyVerb(v) {
+					if !isParleyVerb(v) {
 						return bad(notAVerb, c.Name, "verb %s is not a Parley verb (%s)", quoteName(v), strings.Join(parleyVerbs[:], ", "))
 					}
 				}
 				r.Verbs = list
-			case CaveatCan:
+			case kindCan:
 				for _, p := range list {
 					if !ValidPattern(p) {
 						return bad(badPattern, c.Name, "capability pattern %s must be a name, a prefix ending in *, or *", quoteName(p))
@@ -147,31 +147,31 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 				}
 				r.Can = list
 			}
-		case CaveatExp:
+		case kindExp:
 			r.Exp, _ = c.Int()
 			if r.Exp <= now {
 				return bad(expiryPassed, c.Name, "the expiry %d is not in the future", r.Exp)
 			}
-		case CaveatNbf:
+		case kindNbf:
 			r.Nbf, _ = c.Int()
-		case CaveatPer, CaveatSpend:
+		case kindPer, kindSpend:
 			m, _ := c.Money()
 			if m.Amount < 0 {
 				return bad(negativeAmount, c.Name, "caveat %q has a negative amount", c.Name)
 			}
-			if c.Name == CaveatPer {
+			if c.Name == kindPer {
 				r.Per = &m
 			} else {
 				r.Spend = &m
 			}
-		case CaveatRisk:
+		case kindRisk:
 			r.Risk, _ = c.Text()
-		case CaveatOnly:
+		case kindOnly:
 			return bad(onlyNotAsked, c.Name, "an \"only\" caveat belongs in a consent grant")
 		}
 	}
 	if r.Nbf != 0 && r.Exp != 0 && r.Nbf >= r.Exp {
-		return bad(nbfNotBeforeExp, CaveatNbf, "nbf must be before exp")
+		return bad(nbfNotBeforeExp, kindNbf, "nbf must be before exp")
 	}
 	return r, nil
 }
@@ -222,7 +222,7 @@ func ValidPattern(p string) bool {
 // knownCaveatLike returns the caveat kind that name differs from only in
 // case, if any.
 func knownCaveatLike(name string) (string, bool) {
-	for _, k := range []string{CaveatSvc, CaveatVerbs, CaveatCan, CaveatExp, CaveatNbf, CaveatPer, CaveatSpend, CaveatRisk, CaveatOnly} {
+	for _, k := range []string{kindSvc, kindVerbs, kindCan, kindExp, kindNbf, kindPer, kindSpend, kindRisk, kindOnly} {
 		if foldName(k) == foldName(name) || strings.EqualFold(k, name) {
 			return k, true
 		}

@@ -18,8 +18,8 @@ func TestVerbs(t *testing.T) {
 	}
 	// The lists are copies: a caller cannot change what others see.
 	ParleyVerbs()[0] = "STEAL"
-	if !IsParleyVerb("HELLO") || IsParleyVerb("STEAL") || IsParleyVerb("ask") || IsParleyVerb("") {
-		t.Error("IsParleyVerb")
+	if !isParleyVerb("HELLO") || isParleyVerb("STEAL") || isParleyVerb("ask") || isParleyVerb("") {
+		t.Error("isParleyVerb")
 	}
 }
 
@@ -47,12 +47,12 @@ func TestValidPattern(t *testing.T) {
 func TestParseRequest(t *testing.T) {
 	now := int64(testNow)
 	r, err := ParseRequest([]Caveat{Svc("cal.example"), Verbs("ASK", "HELLO"), Can("calendar.*"), Nbf(now + 10), Exp(now + 60),
-		Per(Money{100, "USD"}), Spend(Money{0, "EUR"}), Risk(RiskLow)}, now)
+		Per(Money{100, "USD"}), Spend(Money{0, "EUR"}), Risk(riskLow)}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &Request{Svc: []string{"cal.example"}, Verbs: []string{"ASK", "HELLO"}, Can: []string{"calendar.*"},
-		Exp: now + 60, Nbf: now + 10, Per: &Money{100, "USD"}, Spend: &Money{0, "EUR"}, Risk: RiskLow}
+		Exp: now + 60, Nbf: now + 10, Per: &Money{100, "USD"}, Spend: &Money{0, "EUR"}, Risk: riskLow}
 	if diff := cmp.Diff(want, r); diff != "" {
 		t.Errorf("ParseRequest (-want +got):\n%s", diff)
 	}

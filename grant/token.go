@@ -390,7 +390,7 @@ func blockExpiry(b *Block) (int64, bool) {
 	var min int64
 	found := false
 	for _, c := range b.Payload.Caveats {
-		if c.Name != CaveatExp {
+		if c.Name != kindExp {
 			continue
 		}
 		if e, err := c.Int(); err == nil && (!found || e < min) {

@@ -18,7 +18,7 @@ func allCaveats() []Caveat {
 	return []Caveat{
 		Svc("shop.example", "cal.example"), Verbs("ASK", "COMMIT"), Can("shop.*"),
 		Exp(testNow + 3600), Nbf(testNow - 3600),
-		Per(Money{3000, "USD"}), Spend(Money{5000, "USD"}), Risk(RiskMedium), Only("HASH"),
+		Per(Money{3000, "USD"}), Spend(Money{5000, "USD"}), Risk(riskMedium), Only("HASH"),
 	}
 }
 

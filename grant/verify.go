@@ -127,7 +127,7 @@ func checkContext(ctx *Context) error {
 		return bad("a COMMIT is verified against its proposal, and none was given")
 	}
 	if p := ctx.Proposal; p != nil {
-		if _, ok := RiskRank(p.Risk); !ok {
+		if _, ok := riskRank(p.Risk); !ok {
 			return bad(fmt.Sprintf("proposal risk %q is not low, medium or high", p.Risk))
 		}
 		if p.Cost != nil && (p.Cost.Amount < 0 || p.Cost.Amount > MaxSafeInt) {
@@ -171,7 +171,7 @@ func verifyOne(s string, trusted []string, ctx *Context) (*Result, *Error) {
 	for i := range t.Blocks {
 		counted := false
 		for _, c := range t.Blocks[i].Payload.Caveats {
-			if c.Name == CaveatSpend && !counted {
+			if c.Name == kindSpend && !counted {
 				counted = true
 				spendBlocks = append(spendBlocks, ids[i])
 			}
@@ -222,18 +222,18 @@ const (
 func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 	commit := ctx.Verb == "COMMIT"
 	switch c.Name {
-	case CaveatSvc, CaveatVerbs, CaveatCan:
+	case kindSvc, kindVerbs, kindCan:
 		list, err := c.Strings()
 		if err != nil {
 			return failHard
 		}
 		for _, s := range list {
 			switch c.Name {
-			case CaveatSvc:
+			case kindSvc:
 				if s == ctx.Service {
 					return pass
 				}
-			case CaveatVerbs:
+			case kindVerbs:
 				if s == ctx.Verb {
 					return pass
 				}
@@ -244,16 +244,16 @@ func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 			}
 		}
 		return failHard
-	case CaveatExp, CaveatNbf:
+	case kindExp, kindNbf:
 		n, err := c.Int()
 		switch {
 		case err != nil:
 			return failHard
-		case c.Name == CaveatExp && ctx.Now < n, c.Name == CaveatNbf && ctx.Now >= n:
+		case c.Name == kindExp && ctx.Now < n, c.Name == kindNbf && ctx.Now >= n:
 			return pass
 		}
 		return failHard
-	case CaveatPer:
+	case kindPer:
 		max, err := c.Money()
 		switch {
 		case err != nil:
@@ -266,7 +266,7 @@ func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 			return pass
 		}
 		return failSoft
-	case CaveatSpend:
+	case kindSpend:
 		max, err := c.Money()
 		switch {
 		case err != nil:
@@ -288,23 +288,23 @@ func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 			return failSoft
 		}
 		return pass
-	case CaveatRisk:
+	case kindRisk:
 		level, err := c.Text()
 		if err != nil {
 			return failHard
 		}
-		ceiling, ok := RiskRank(level)
+		ceiling, ok := riskRank(level)
 		switch {
 		case !ok:
 			return failHard
 		case !commit:
 			return pass
 		}
-		if r, _ := RiskRank(ctx.Proposal.Risk); r <= ceiling {
+		if r, _ := riskRank(ctx.Proposal.Risk); r <= ceiling {
 			return pass
 		}
 		return failSoft
-	case CaveatOnly:
+	case kindOnly:
 		h, err := c.Text()
 		switch {
 		case err != nil:

@@ -12,7 +12,7 @@ func usd(n int64) *Money { return &Money{Amount: n, Currency: "USD"} }
 func TestVerify(t *testing.T) {
 	shopCaveats := []Caveat{
 		Svc("shop.example"), Can("shop.*"), Exp(testNow + 3600),
-		Spend(Money{5000, "USD"}), Per(Money{3000, "USD"}), Risk(RiskMedium),
+		Spend(Money{5000, "USD"}), Per(Money{3000, "USD"}), Risk(riskMedium),
 	}
 	root := issue(t, shopCaveats...)
 	rootID := root.ID()
@@ -62,7 +62,7 @@ func TestVerify(t *testing.T) {
 		wantSpend []string
 	}{
 		{name: "ok/ask", tokens: one(root), ctx: ask, wantSpend: []string{rootID}},
-		{name: "ok/commit-within-limits", tokens: one(root), ctx: commit(usd(2000), RiskLow, nil), wantSpend: []string{rootID}},
+		{name: "ok/commit-within-limits", tokens: one(root), ctx: commit(usd(2000), riskLow, nil), wantSpend: []string{rootID}},
 
 		// nbf and exp (§6.3): now ≥ nbf, now < exp.
 		{name: "ok/nbf-reached", tokens: one(nil, Nbf(testNow)), ctx: ask},
@@ -80,22 +80,22 @@ func TestVerify(t *testing.T) {
 			wantCode: CodeForbidden, wantNeed: []string{`{"svc":["shop.example"]}`, `{"can":["shop.*"]}`}},
 
 		// per, spend, risk with a null cost and at the edges.
-		{name: "ok/null-cost-passes-per-and-spend", tokens: one(root), ctx: commit(nil, RiskLow, map[string]int64{rootID: 5000}), wantSpend: []string{rootID}},
-		{name: "consent/null-cost-spend-already-over", tokens: one(root), ctx: commit(nil, RiskLow, map[string]int64{rootID: 5001}), wantCode: CodeConsentRequired},
-		{name: "ok/spend-exactly-at-cap", tokens: one(root), ctx: commit(usd(2000), RiskLow, map[string]int64{rootID: 3000}), wantSpend: []string{rootID}},
-		{name: "consent/spend-one-over", tokens: one(root), ctx: commit(usd(2000), RiskLow, map[string]int64{rootID: 3001}), wantCode: CodeConsentRequired},
-		{name: "ok/spend-of-another-block-ignored", tokens: one(root), ctx: commit(usd(2000), RiskLow, map[string]int64{subID: 4999}), wantSpend: []string{rootID}},
-		{name: "ok/per-exactly-at-cap", tokens: one(root), ctx: commit(usd(3000), RiskMedium, nil), wantSpend: []string{rootID}},
-		{name: "consent/per-currency-differs", tokens: one(nil, Per(Money{3000, "USD"})), ctx: commit(&Money{1, "EUR"}, RiskLow, nil), wantCode: CodeConsentRequired},
-		{name: "consent/spend-currency-differs", tokens: one(nil, Spend(Money{3000, "USD"})), ctx: commit(&Money{1, "EUR"}, RiskLow, nil), wantCode: CodeConsentRequired},
-		{name: "consent/risk-above-ceiling", tokens: one(root), ctx: commit(usd(1), RiskHigh, nil), wantCode: CodeConsentRequired},
-		{name: "fail/hard-and-soft-need-only-hard", tokens: one(root), ctx: with(commit(usd(99999), RiskHigh, nil), func(c *Context) { c.Capability = "bank.x" }),
+		{name: "ok/null-cost-passes-per-and-spend", tokens: one(root), ctx: commit(nil, riskLow, map[string]int64{rootID: 5000}), wantSpend: []string{rootID}},
+		{name: "consent/null-cost-spend-already-over", tokens: one(root), ctx: commit(nil, riskLow, map[string]int64{rootID: 5001}), wantCode: CodeConsentRequired},
+		{name: "ok/spend-exactly-at-cap", tokens: one(root), ctx: commit(usd(2000), riskLow, map[string]int64{rootID: 3000}), wantSpend: []string{rootID}},
+		{name: "consent/spend-one-over", tokens: one(root), ctx: commit(usd(2000), riskLow, map[string]int64{rootID: 3001}), wantCode: CodeConsentRequired},
+		{name: "ok/spend-of-another-block-ignored", tokens: one(root), ctx: commit(usd(2000), riskLow, map[string]int64{subID: 4999}), wantSpend: []string{rootID}},
+		{name: "ok/per-exactly-at-cap", tokens: one(root), ctx: commit(usd(3000), riskMedium, nil), wantSpend: []string{rootID}},
+		{name: "consent/per-currency-differs", tokens: one(nil, Per(Money{3000, "USD"})), ctx: commit(&Money{1, "EUR"}, riskLow, nil), wantCode: CodeConsentRequired},
+		{name: "consent/spend-currency-differs", tokens: one(nil, Spend(Money{3000, "USD"})), ctx: commit(&Money{1, "EUR"}, riskLow, nil), wantCode: CodeConsentRequired},
+		{name: "consent/risk-above-ceiling", tokens: one(root), ctx: commit(usd(1), riskHigh, nil), wantCode: CodeConsentRequired},
+		{name: "fail/hard-and-soft-need-only-hard", tokens: one(root), ctx: with(commit(usd(99999), riskHigh, nil), func(c *Context) { c.Capability = "bank.x" }),
 			wantCode: CodeForbidden, wantNeed: []string{`{"can":["shop.*"]}`}},
 
 		// Spend of a delegated block: attributed to that block's id.
-		{name: "ok/delegated-spend", tokens: one(sub), ctx: with(commit(usd(100), RiskLow, map[string]int64{subID: 900}), func(c *Context) { c.ProofKey = subKey }),
+		{name: "ok/delegated-spend", tokens: one(sub), ctx: with(commit(usd(100), riskLow, map[string]int64{subID: 900}), func(c *Context) { c.ProofKey = subKey }),
 			wantSpend: []string{rootID, subID}},
-		{name: "consent/delegated-spend-over", tokens: one(sub), ctx: with(commit(usd(101), RiskLow, map[string]int64{subID: 900}), func(c *Context) { c.ProofKey = subKey }),
+		{name: "consent/delegated-spend-over", tokens: one(sub), ctx: with(commit(usd(101), riskLow, map[string]int64{subID: 900}), func(c *Context) { c.ProofKey = subKey }),
 			wantCode: CodeConsentRequired},
 		{name: "fail/delegated-verbs", tokens: one(sub), ctx: with(ask, func(c *Context) { c.Verb, c.ProofKey = "INTENT", subKey }),
 			wantCode: CodeForbidden, wantNeed: []string{`{"verbs":["ASK","COMMIT"]}`}},
@@ -107,12 +107,12 @@ func TestVerify(t *testing.T) {
 			wantCode: CodeForbidden, wantNeed: []string{`{"can":["shop.*"]}`}},
 
 		// Consent grants (§6.6).
-		{name: "ok/consent-commit", tokens: one(consent), ctx: commit(usd(999999), RiskHigh, nil)},
+		{name: "ok/consent-commit", tokens: one(consent), ctx: commit(usd(999999), riskHigh, nil)},
 		{name: "fail/consent-ask", tokens: one(consent), ctx: with(ask, func(c *Context) { c.Capability = "shop.order" }),
 			wantCode: CodeForbidden, wantNeed: []string{`{"verbs":["COMMIT"]}`}},
-		{name: "fail/consent-other-capability", tokens: one(consent), ctx: with(commit(usd(1), RiskLow, nil), func(c *Context) { c.Capability = "shop.refund" }),
+		{name: "fail/consent-other-capability", tokens: one(consent), ctx: with(commit(usd(1), riskLow, nil), func(c *Context) { c.Capability = "shop.refund" }),
 			wantCode: CodeForbidden, wantNeed: []string{`{"can":["shop.order"]}`}},
-		{name: "fail/consent-after-exp", tokens: one(consent), ctx: with(commit(usd(1), RiskLow, nil), func(c *Context) { c.Now = testNow + 600 }),
+		{name: "fail/consent-after-exp", tokens: one(consent), ctx: with(commit(usd(1), riskLow, nil), func(c *Context) { c.Now = testNow + 600 }),
 			wantCode: CodeForbidden, wantNeed: []string{`{"exp":1790000600}`}},
 		{name: "ok/old-style-consent-authorizes-any-ask", tokens: one(oldConsent), ctx: with(ask, func(c *Context) { c.Service = "bank.example" })},
 
@@ -134,7 +134,7 @@ func TestVerify(t *testing.T) {
 		// Several grants: any one suffices (§6.6); otherwise the most
 		// useful verdict.
 		{name: "ok/second-grant-suffices", tokens: []string{expired.Encode(), root.Encode()}, ctx: ask, wantGrant: 1, wantSpend: []string{rootID}},
-		{name: "consent/beats-forbidden-and-unauthorized", tokens: []string{"pg1.bm9wZQ", expired.Encode(), root.Encode()}, ctx: commit(usd(4000), RiskLow, nil),
+		{name: "consent/beats-forbidden-and-unauthorized", tokens: []string{"pg1.bm9wZQ", expired.Encode(), root.Encode()}, ctx: commit(usd(4000), riskLow, nil),
 			wantCode: CodeConsentRequired},
 		{name: "fail/forbidden-beats-unauthorized", tokens: []string{mallorys.Encode(), expired.Encode()}, ctx: ask,
 			wantCode: CodeForbidden, wantNeed: []string{`{"exp":1790000000}`}},
@@ -146,8 +146,8 @@ func TestVerify(t *testing.T) {
 		// Bad caller input.
 		{name: "bad/commit-without-proposal", tokens: one(root), ctx: with(ask, func(c *Context) { c.Verb = "COMMIT" }), wantCode: CodeInvalidParams},
 		{name: "bad/proposal-risk", tokens: one(root), ctx: commit(usd(1), "extreme", nil), wantCode: CodeInvalidParams},
-		{name: "bad/negative-cost", tokens: one(root), ctx: commit(usd(-1), RiskLow, nil), wantCode: CodeInvalidParams},
-		{name: "bad/negative-spent", tokens: one(root), ctx: commit(usd(1), RiskLow, map[string]int64{rootID: -1}), wantCode: CodeInvalidParams},
+		{name: "bad/negative-cost", tokens: one(root), ctx: commit(usd(-1), riskLow, nil), wantCode: CodeInvalidParams},
+		{name: "bad/negative-spent", tokens: one(root), ctx: commit(usd(1), riskLow, map[string]int64{rootID: -1}), wantCode: CodeInvalidParams},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,7 +1,6 @@
 package policies
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -43,17 +42,7 @@ func fmtDur(secs int64) string {
 }
 
 // fmtMoney writes an amount in minor units as "20.00 USD" or "500 JPY".
-func fmtMoney(m grant.Money) string {
-	if grant.ZeroDecimal(m.Currency) {
-		return fmt.Sprintf("%d %s", m.Amount, m.Currency)
-	}
-	sign := ""
-	a := m.Amount
-	if a < 0 {
-		sign, a = "-", -a
-	}
-	return fmt.Sprintf("%s%d.%02d %s", sign, a/100, a%100, m.Currency)
-}
+func fmtMoney(m grant.Money) string { return m.String() }
 
 // list writes names for a sentence: `"a", "b" and "c"`.
 func list[T ~string](xs []T) string {

@@ -128,9 +128,9 @@ func narrowNotes(t *grant.Token, cavs []grant.Caveat, now int64) []argText {
 	for _, c := range cavs {
 		n := a.Narrowing(c, now)
 		switch c.Name {
-		case grant.CaveatSvc, grant.CaveatVerbs:
+		case "svc", "verbs":
 			what := "service"
-			if c.Name == grant.CaveatVerbs {
+			if c.Name == "verbs" {
 				what = "verb"
 			}
 			if len(n.Outside) > 0 {
@@ -141,38 +141,38 @@ func narrowNotes(t *grant.Token, cavs []grant.Caveat, now int64) []argText {
 				allowed, _ := n.By.Strings()
 				notes = append(notes, argf("%s narrows nothing: the grant already allows only %s", argName(c.Name), wordsOrNone(allowed)))
 			}
-		case grant.CaveatCan:
+		case "can":
 			if !n.Narrows {
 				p, _ := n.By.Strings()
 				notes = append(notes, argf("%s narrows nothing: the grant already allows only %s", argName("can"), strings.Join(p, ", ")))
 			}
-		case grant.CaveatExp:
+		case "exp":
 			if !n.Narrows {
 				v, _ := c.Int()
 				notes = append(notes, argf("%s %s narrows nothing: the grant already expires at %s", argName("exp"), timeWords(v), timeWords(a.Exp)))
 			}
-		case grant.CaveatNbf:
+		case "nbf":
 			v, _ := c.Int()
 			switch {
 			case n.Narrows:
-			case n.By.Name == grant.CaveatNbf:
+			case n.By.Name == "nbf":
 				notes = append(notes, argf("%s %s narrows nothing: the grant is already not valid before %s", argName("nbf"), timeWords(v), timeWords(a.Nbf)))
 			default:
 				notes = append(notes, argf("%s %s narrows nothing: that time has passed", argName("nbf"), timeWords(v)))
 			}
-		case grant.CaveatPer, grant.CaveatSpend:
+		case "per", "spend":
 			if !n.Narrows {
 				m, _ := c.Money()
 				p, _ := n.By.Money()
 				notes = append(notes, argf("%s %s narrows nothing: the grant already has %s %s", argName(c.Name),
 					m.String(), c.Name, p.String()))
 			}
-		case grant.CaveatRisk:
+		case "risk":
 			if !n.Narrows {
 				s, _ := c.Text()
 				notes = append(notes, argf("%s %s narrows nothing: the grant already allows at most risk %s", argName("risk"), s, a.Risk))
 			}
-		case grant.CaveatOnly:
+		case "only":
 			s, _ := c.Text()
 			switch {
 			case !n.Narrows:

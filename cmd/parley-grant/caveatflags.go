@@ -184,7 +184,7 @@ func (f *caveatFlags) caveats(now time.Time) ([]grant.Caveat, error) {
 	}
 	if f.risk != "" {
 		level := strings.ToLower(strings.TrimSpace(f.risk))
-		if _, ok := grant.RiskRank(level); !ok {
+		if grant.Risk(level).Check() != nil {
 			return nil, badArg("", "%s %q: want low, medium or high", argName("risk"), f.risk)
 		}
 		out = append(out, grant.Risk(level))

@@ -21,31 +21,31 @@ func DescribeCaveat(c grant.Caveat) string {
 		return fmt.Sprintf("malformed %s caveat (never satisfied): %s", c.Name, c.Value)
 	}
 	switch c.Name {
-	case grant.CaveatSvc:
+	case "svc":
 		ss, _ := c.Strings()
 		return "only at " + plural(len(ss), "service", "services") + listWords(ss)
-	case grant.CaveatVerbs:
+	case "verbs":
 		ss, _ := c.Strings()
 		return "only " + plural(len(ss), "the verb", "the verbs") + listWords(ss)
-	case grant.CaveatCan:
+	case "can":
 		ss, _ := c.Strings()
 		return "only " + plural(len(ss), "capability", "capabilities") + listWords(ss)
-	case grant.CaveatExp:
+	case "exp":
 		n, _ := c.Int()
 		return "expires at " + FormatTime(n)
-	case grant.CaveatNbf:
+	case "nbf":
 		n, _ := c.Int()
 		return "not before " + FormatTime(n)
-	case grant.CaveatPer:
+	case "per":
 		m, _ := c.Money()
 		return "commits cost at most " + m.String() + " each"
-	case grant.CaveatSpend:
+	case "spend":
 		m, _ := c.Money()
 		return "commits cost at most " + m.String() + " in total"
-	case grant.CaveatRisk:
+	case "risk":
 		s, _ := c.Text()
 		return "commits only of proposals with risk " + s + " or lower"
-	default: // grant.CaveatOnly
+	default: // "only"
 		s, _ := c.Text()
 		return "commits only the proposal with hash " + s
 	}
@@ -117,7 +117,7 @@ func blockExpiry(b *grant.Block) (int64, bool) {
 	var min int64
 	found := false
 	for _, c := range b.Payload.Caveats {
-		if c.Name != grant.CaveatExp {
+		if c.Name != "exp" {
 			continue
 		}
 		if e, err := c.Int(); err == nil && (!found || e < min) {

@@ -62,7 +62,7 @@ func TestCaveatDescribe(t *testing.T) {
 		{grant.Nbf(1790000040), "not before 2026-09-21T14:14Z"},
 		{grant.Per(grant.Money{Amount: 3000, Currency: "USD"}), "commits cost at most 30.00 USD each"},
 		{grant.Spend(grant.Money{Amount: 500, Currency: "JPY"}), "commits cost at most 500 JPY in total"},
-		{grant.Risk(grant.RiskMedium), "commits only of proposals with risk medium or lower"},
+		{grant.Risk("medium"), "commits only of proposals with risk medium or lower"},
 		{grant.Only("abc"), "commits only the proposal with hash abc"},
 		{grant.Caveat{Name: "region", Value: json.RawMessage(`"eu"`)}, `unknown caveat "region" (never satisfied)`},
 		{grant.Risk("extreme"), `malformed risk caveat (never satisfied): "extreme"`},

@@ -11,7 +11,7 @@ import (
 // FormatMoney renders an amount in minor units and its currency as Lens shows
 // money (§9.2): the amount divided by 100 with exactly two decimals, a leading
 // - when negative, a space and the currency: "12.50 USD", "-0.05 EUR". A
-// zero-decimal currency (ZeroDecimal: JPY, KRW, VND, CLP, ISK, UGX, XAF, XOF)
+// zero-decimal currency (JPY, KRW, VND, CLP, ISK, UGX, XAF, XOF)
 // renders without decimals: "500 JPY". The currency is written as given.
 func FormatMoney(amount int64, currency string) string {
 	return grant.Money{Amount: amount, Currency: currency}.String()

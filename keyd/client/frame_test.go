@@ -24,7 +24,7 @@ func TestGrantFrameByHand(t *testing.T) {
 		"nil":      nil,
 		"empty":    {},
 		"typical":  {grant.Svc("cal.example"), grant.Can("calendar.*"), grant.Exp(1790003600)},
-		"spend":    {grant.Spend(grant.Money{Amount: 5000, Currency: "USD"}), grant.Risk(grant.RiskLow), grant.Verbs("ASK", "COMMIT")},
+		"spend":    {grant.Spend(grant.Money{Amount: 5000, Currency: "USD"}), grant.Risk("low"), grant.Verbs("ASK", "COMMIT")},
 		"unicode":  {grant.Svc("caf\u00e9.example", "\u2028<>&\"\\\n\t\x01")},
 		"spaced":   {odd("per", `{ "currency" : "EUR", "amount" : 100 }`)},
 		"bad-utf8": {odd("svc\xff", `["a"]`)},

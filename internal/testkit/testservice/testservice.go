@@ -352,7 +352,7 @@ func (s *Service) intent(req *request) (*reply, *refusal) {
 		}
 	}
 	p := grant.Proposal{ID: id, Capability: req.Capability, Summary: summary, Effects: effects, Cost: cost,
-		Risk: grant.RiskLow, Undo: &grant.Undo{Window: 3600},
+		Risk: "low", Undo: &grant.Undo{Window: 3600},
 		// §5.1: whole minutes, rounded up.
 		Expires: (now + 600 + 59) / 60 * 60}
 	raw, err := json.Marshal(p)
@@ -394,7 +394,7 @@ func (s *Service) commit(req *request) (*reply, *refusal) {
 		// §4.4 replay: authorized like a commit, except that per, spend
 		// and risk are not evaluated again.
 		res, rf := s.authorizeLocked(req, "COMMIT", pr.p.Hash, pr.p.Capability,
-			&grant.ProposalFacts{Hash: pr.p.Hash, Risk: grant.RiskLow})
+			&grant.ProposalFacts{Hash: pr.p.Hash, Risk: "low"})
 		if rf != nil {
 			return nil, rf
 		}
