@@ -66,14 +66,15 @@ func ParsePublicKey(s string) (ed25519.PublicKey, error) {
 	return ed25519.PublicKey(b), nil
 }
 
-// Errors of CheckPublicKey and ParsePublicKey, for errors.Is.
+// The two reasons CheckPublicKey refuses a key of 32 bytes; its errors wrap
+// one of them, as do ParsePublicKey's.
 var (
-	// ErrKeyNotCanonical: the bytes are not the canonical encoding of an
+	// errKeyNotCanonical: the bytes are not the canonical encoding of an
 	// Ed25519 point (y ≥ p, or x = 0 with the sign bit set).
-	ErrKeyNotCanonical = errors.New("not the canonical encoding of an ed25519 point")
-	// ErrKeySmallOrder: the key is one of the eight points of small order,
+	errKeyNotCanonical = errors.New("not the canonical encoding of an ed25519 point")
+	// errKeySmallOrder: the key is one of the eight points of small order,
 	// for which anyone can make a signature without a private key.
-	ErrKeySmallOrder = errors.New("a small-order ed25519 point, for which anyone can forge a signature")
+	errKeySmallOrder = errors.New("a small-order ed25519 point, for which anyone can forge a signature")
 )
 
 // CheckPublicKey returns nil when pub is a key that this package accepts
@@ -109,7 +110,7 @@ func CheckPublicKey(pub ed25519.PublicKey) error {
 		return fmt.Errorf("public key: want %d bytes, got %d", ed25519.PublicKeySize, len(pub))
 	}
 	if !canonicalPoint(pub) {
-		return fmt.Errorf("public key: %w", ErrKeyNotCanonical)
+		return fmt.Errorf("public key: %w", errKeyNotCanonical)
 	}
 	// Every small-order point starts with one of these bytes; most keys
 	// are done after this one comparison.
@@ -117,7 +118,7 @@ func CheckPublicKey(pub ed25519.PublicKey) error {
 	case 0x00, 0x01, 0x26, 0xc7, 0xec:
 		for i := range smallOrderPoints {
 			if [32]byte(pub) == smallOrderPoints[i] {
-				return fmt.Errorf("public key: %w", ErrKeySmallOrder)
+				return fmt.Errorf("public key: %w", errKeySmallOrder)
 			}
 		}
 	}

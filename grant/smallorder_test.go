@@ -182,18 +182,18 @@ func TestNonCanonicalKeysRefused(t *testing.T) {
 	for _, k := range testkeys.NonCanonical() {
 		t.Run("fail/"+k.Name, func(t *testing.T) {
 			err := CheckPublicKey(k.Key)
-			if !errors.Is(err, ErrKeyNotCanonical) {
-				t.Errorf("CheckPublicKey = %v, want ErrKeyNotCanonical", err)
+			if !errors.Is(err, errKeyNotCanonical) {
+				t.Errorf("CheckPublicKey = %v, want errKeyNotCanonical", err)
 			}
-			if _, err := ParsePublicKey(FormatPublicKey(k.Key)); !errors.Is(err, ErrKeyNotCanonical) {
-				t.Errorf("ParsePublicKey = %v, want ErrKeyNotCanonical", err)
+			if _, err := ParsePublicKey(FormatPublicKey(k.Key)); !errors.Is(err, errKeyNotCanonical) {
+				t.Errorf("ParsePublicKey = %v, want errKeyNotCanonical", err)
 			}
 		})
 	}
 	// The canonical small-order encodings are refused as small order.
 	for _, p := range testkeys.SmallOrderCanonical {
-		if err := CheckPublicKey(p.Key); !errors.Is(err, ErrKeySmallOrder) {
-			t.Errorf("%s: CheckPublicKey = %v, want ErrKeySmallOrder", p.Name, err)
+		if err := CheckPublicKey(p.Key); !errors.Is(err, errKeySmallOrder) {
+			t.Errorf("%s: CheckPublicKey = %v, want errKeySmallOrder", p.Name, err)
 		}
 	}
 	// Ordinary keys, including those whose bytes sit next to the refused
