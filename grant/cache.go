@@ -76,7 +76,7 @@ type blockCacheSlot struct {
 }
 
 // NewBlockCache returns a cache of at most size verified blocks; size < 1
-// means defaultBlockCacheSize.
+// means 4096 (about 400 KiB).
 func NewBlockCache(size int) *BlockCache {
 	if size < 1 {
 		size = defaultBlockCacheSize

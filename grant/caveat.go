@@ -132,8 +132,8 @@ func (c Caveat) Known() bool {
 // value (§6.3): svc, verbs and can take arrays of strings; exp and nbf
 // integers; per and spend {"currency": string, "max": int} and nothing
 // else; risk one of low, medium, high; only a string. Lists may be empty
-// (then nothing satisfies them). Values also stay within maxListLen and
-// maxStringLen.
+// (then nothing satisfies them). Values also stay within a token's caps: at
+// most 64 items a list and 1024 bytes a string.
 func (c Caveat) Check() error {
 	var err error
 	switch c.Name {

@@ -41,12 +41,12 @@
 // only in case is an error, duplicate names are refused at any depth, and
 // invalid UTF-8 and trailing data are refused. Parsers that fold case or
 // keep the last of two names would otherwise read another document than
-// the one that was hashed, decided on and shown. Errors are *jsonError,
-// naming the member at fault.
+// the one that was hashed, decided on and shown. An error names the member
+// at fault. DecodeStrictKnown also refuses members no field takes.
 //
 // # Canonical JSON
 //
-// Canonical and CanonicalizeJSON produce the canonical form of §10, which is
+// CanonicalizeJSON produces the canonical form of §10, which is
 // what is signed and hashed: keys sorted by code point, no whitespace, the
 // spec's escapes and literal UTF-8 for every other character (unlike
 // encoding/json, <, >, &, U+2028 and U+2029 stay literal), and only integers
@@ -57,9 +57,10 @@
 // Decode accepts a token only when its body is exactly canonical JSON, so a
 // token that decodes re-encodes to the same bytes and the bytes a signature
 // covers are the bytes received. It refuses unknown payload fields and
-// anything beyond the caps MaxTokenLen, maxBlocks, maxCaveatsPerBlock,
-// maxStringLen and maxListLen, each of which bounds the work an attacker can
-// cause. Issue signs a root grant, Delegate appends a narrower block signed
+// anything beyond its caps (MaxTokenLen bytes, 16 blocks, 32 caveats a
+// block, 1024 bytes a string, 64 items a list), each of which bounds the
+// work an attacker can cause; Verify looks at no more than MaxGrants grants
+// of one request. Issue signs a root grant, Delegate appends a narrower block signed
 // by the current holder, IssueConsent signs a consent grant with exactly the
 // five caveats of §6.6.
 //
@@ -83,7 +84,9 @@
 //
 // # Proofs and consent
 //
-// MakeProof and VerifyProof implement §6.5 with its ±300 s window.
+// MakeProof and VerifyProof implement §6.5 with its ±ProofWindow seconds;
+// ProofMessage gives the bytes a proof signs, for a holder whose key signs
+// outside crypto.Signer, and AutoTarget the target of an auto INTENT.
 // ParseProposal reads a proposal once, strictly, and computes its hash of
 // §5.1 from that reading (ContentHash); its fields, its hash and its
 // Display all come from that one parse. CheckConsent is the check a consent
@@ -93,11 +96,24 @@
 //
 // # What caveats mean
 //
-// This package alone says what a caveat means. ParseRequest checks the
-// caveats of a request for a new grant (kinds, values, repeats, verbs,
-// patterns, times, money) with typed errors; ParleyVerbs lists the verbs of
-// §4; Token.Allowance says what a chain already allows and
-// Allowance.Narrowing whether a new caveat would narrow it.
+// This package alone says what a caveat means. Svc, Verbs, Can, Exp, Nbf,
+// Per, Spend, Risk and Only build the caveats of §6.3, Caveat.Check checks
+// one and its accessors (Strings, Int, Money, Text) read its value; a caveat
+// kind or a risk level is the spec's string ("exp", "low"), compared as
+// such. ParseRequest checks the caveats of a request for a new grant
+// (kinds, values, repeats, verbs, patterns, times, money) and returns a
+// Request, the one shape of a request and of a policy's decision, whose
+// Caveats method gives the caveats back; its errors are one sentence for the
+// requester. ParleyVerbs and GrantVerbs list the verbs of §4 and those that
+// carry grants; ValidPattern checks a can pattern. Token.Allowance says what
+// a chain already allows and Allowance.Narrowing whether a new caveat would
+// narrow it.
+//
+// # Errors
+//
+// Verify, VerifyProof, CheckChain and CheckConsent return *Error, whose Code
+// is the spec's error code (§7) a service answers with; CodeOf reads it from
+// any error. Decode's errors wrap ErrMalformedToken.
 //
 // # Lens and display
 //

@@ -162,8 +162,8 @@ func hashProposalMap(m map[string]any) ([]byte, string, error) {
 // null or {amount: int, currency: string}; risk low, medium or high; undo
 // null or {window: int ≥ 0}; expires an integer; and no non-integer number
 // anywhere but in data, so that the proposal can be hashed. A member whose
-// name differs from one of these only in case ("Cost" beside "cost") is an
-// errNameCase error: a reader that folds case would see another proposal.
+// name differs from one of these only in case ("Cost" beside "cost") is
+// refused: a reader that folds case would see another proposal.
 // Other unknown members are kept for the hash only.
 //
 // From that one parse it computes the hash (ContentHash) and keeps the

@@ -127,9 +127,9 @@ const maxStrictDepth = 128
 //     skipped as unknown;
 //   - a member matches a struct field only when its name equals the
 //     field's JSON name exactly. A name that differs from a field's name
-//     only in case ("Cost" for "cost") is an errNameCase error, never
-//     merged; any other name that no field takes is ignored (§2.1 lets
-//     readers ignore unknown fields; DecodeStrictKnown refuses them).
+//     only in case ("Cost" for "cost") is an error, never merged; any
+//     other name that no field takes is ignored (§2.1 lets readers ignore
+//     unknown fields; DecodeStrictKnown refuses them).
 //
 // Otherwise it decodes as encoding/json does, with one difference: a
 // number decoded into an interface value becomes a json.Number, so that
@@ -140,12 +140,12 @@ const maxStrictDepth = 128
 // not strings, non-empty interfaces and []byte from base64 text are not
 // supported.
 //
-// Errors are *jsonError, whose Error names the member at fault. On error,
-// v may have been partly set: do not use it.
+// An error names the member at fault (its path, and the name as sent, cut
+// to 40 characters). On error, v may have been partly set: do not use it.
 func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v, false) }
 
 // DecodeStrictKnown is DecodeStrict that also refuses a member no field of
-// its struct takes (errUnknownName), for objects whose every field must be
+// its struct takes, for objects whose every field must be
 // accounted for, such as a request's body.
 func DecodeStrictKnown(data []byte, v any) error { return decodeStrict(data, v, true) }
 

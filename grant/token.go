@@ -149,8 +149,9 @@ func malformed(format string, args ...any) error {
 // Decode parses an encoded grant (§6.2). It checks the form only, not any
 // signature: use CheckChain or Verify for that.
 //
-// Decode fails closed. It refuses a token over any cap (MaxTokenLen,
-// maxBlocks, maxCaveatsPerBlock, maxStringLen, maxListLen); a body that is
+// Decode fails closed. It refuses a token over any cap (MaxTokenLen bytes,
+// 16 blocks, 32 caveats a block, 1024 bytes a string, 64 items a list or
+// object inside a caveat); a body that is
 // not exactly canonical JSON (§10), byte for byte, so that every token has
 // one spelling and the signed bytes are the bytes received; unknown payload
 // fields, which an older verifier could otherwise not account for; a root

@@ -6,7 +6,7 @@ import (
 )
 
 // MaxGrants bounds the grants of one request that Verify examines. Each
-// grant may cost maxBlocks signature checks; the cap stops one request from
+// grant may cost 16 signature checks (one a block); the cap stops one request from
 // costing a service an unbounded number of them.
 const MaxGrants = 8
 
