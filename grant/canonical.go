@@ -30,7 +30,7 @@ var (
 	errNotCanonical = jsontext.ErrNotCanonical
 )
 
-// Canonical returns canonical(v) as defined in §10: object keys sorted by
+// canonical returns canonical(v) as defined in §10: object keys sorted by
 // code point, no whitespace, the exact string escapes of §10 and literal
 // UTF-8 for every other character, integers in [−(2^53−1), 2^53−1] in
 // minimal decimal form.
