@@ -506,7 +506,7 @@ func (a *Approver) show(v protocol.PendingView) {
 		}
 		actions = append(actions, Action{Key: c, Label: "Code " + c})
 	}
-	if !fitsNotification(v) {
+	if !protocol.FitsNotification(v) {
 		// A notification shows a few lines; what the human approves must
 		// be shown whole (DESIGN.md property 8). So a longer request gets
 		// its summary and a pointer to where it is shown whole, and no
@@ -579,25 +579,6 @@ func (a *Approver) present(r *shownRequest, n Notification) {
 	a.opts.Logf("request %s shown as notification %d", v.ID, id)
 }
 
-// The most a notification shows of a request, in lines and characters of
-// its text. Servers cut or scroll longer bodies (dunst shows a few lines), so
-// a longer request is not offered for approval there (fitsNotification).
-const (
-	maxNotifyLines = 14
-	maxNotifyChars = 1200
-)
-
-// fitsNotification reports whether v's text can be shown whole in a
-// notification. A view without a line count comes from a daemon that did
-// not count: it is counted here.
-func fitsNotification(v protocol.PendingView) bool {
-	lines := v.Lines
-	if lines == 0 {
-		lines = strings.Count(v.Text, "\n") + 1
-	}
-	return lines <= maxNotifyLines && len(v.Text) <= maxNotifyChars
-}
-
 // body is what the notification says: the daemon's rendering, made safe for
 // display once more (defence in depth: it already is), then escaped for
 // servers that parse markup.
@@ -609,7 +590,7 @@ func (a *Approver) body(v protocol.PendingView, r *shownRequest) string {
 	if r.remember != "" {
 		fmt.Fprintf(&b, "Approving for %s: until then the same request from the same agent and user is approved at once.\n", RememberWords(r.remember))
 	}
-	if fitsNotification(v) {
+	if protocol.FitsNotification(v) {
 		b.WriteString(strings.TrimRight(lens.SafeLines(v.Text, 0), "\n"))
 		b.WriteString("\nChoose the code shown where the agent asked. A wrong code denies the request.")
 		if len(r.remembers) > 0 {
