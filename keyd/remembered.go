@@ -377,27 +377,7 @@ func rememberedText(m *rememberedApproval) string {
 	g := m.scope
 	var out rendering
 	out.line("Remembered %s: grants for agent %q, uid %d", m.id, safe(m.agent), m.uid)
-	if g.Svc == nil {
-		out.line("Services: every service")
-	} else {
-		out.list("Services", g.Svc)
-	}
-	if g.Verbs == nil {
-		out.line("Verbs: every verb")
-	} else {
-		out.list("Verbs", g.Verbs)
-	}
-	if g.Can == nil {
-		out.line("Capabilities: every capability")
-	} else {
-		out.list("Capability patterns", g.Can)
-	}
-	if g.Per != nil {
-		out.line("Money: at most %s for each action", safe(lens.FormatMoney(g.Per.Amount, g.Per.Currency)))
-	}
-	if g.Spend != nil {
-		out.line("Money: at most %s in all", safe(lens.FormatMoney(g.Spend.Amount, g.Spend.Currency)))
-	}
+	out.scope(g)
 	if g.Risk != "" {
 		out.line("Risk: actions of risk %s or lower", safe(g.Risk))
 	}

@@ -63,6 +63,34 @@ func (r *rendering) list(heading string, entries []string) {
 	}
 }
 
+// scope renders what a grant request allows, in the daemon's words: its
+// services, verbs, capability patterns and money limits. A pending GRANT
+// and a remembered approval are shown through it, so the human reads the
+// same words for the same caveats in both.
+func (r *rendering) scope(g grant.Request) {
+	if g.Svc == nil {
+		r.line("Services: every service")
+	} else {
+		r.list("Services", g.Svc)
+	}
+	if g.Verbs == nil {
+		r.line("Verbs: every verb")
+	} else {
+		r.list("Verbs", g.Verbs)
+	}
+	if g.Can == nil {
+		r.line("Capabilities: every capability")
+	} else {
+		r.list("Capability patterns", g.Can)
+	}
+	if g.Per != nil {
+		r.line("Money: at most %s for each action", safe(lens.FormatMoney(g.Per.Amount, g.Per.Currency)))
+	}
+	if g.Spend != nil {
+		r.line("Money: at most %s in all", safe(lens.FormatMoney(g.Spend.Amount, g.Spend.Currency)))
+	}
+}
+
 func countWord(n int, one, many string) string {
 	if n == 1 {
 		return "1 " + one
@@ -113,27 +141,7 @@ func (s *Server) renderGrant(r *request, id, agent, holder string, d policies.De
 	out.asker(r.caller.who(agent))
 	out.line("For key %s", holder)
 	out.line("In short: %s", s.grantSummary(g))
-	if g.Svc == nil {
-		out.line("Services: every service")
-	} else {
-		out.list("Services", g.Svc)
-	}
-	if g.Verbs == nil {
-		out.line("Verbs: every verb")
-	} else {
-		out.list("Verbs", g.Verbs)
-	}
-	if g.Can == nil {
-		out.line("Capabilities: every capability")
-	} else {
-		out.list("Capability patterns", g.Can)
-	}
-	if g.Per != nil {
-		out.line("Money: at most %s for each action", safe(lens.FormatMoney(g.Per.Amount, g.Per.Currency)))
-	}
-	if g.Spend != nil {
-		out.line("Money: at most %s in all", safe(lens.FormatMoney(g.Spend.Amount, g.Spend.Currency)))
-	}
+	out.scope(g)
 	if g.Per == nil && g.Spend == nil {
 		out.line("Money: no limit from this grant")
 	}
