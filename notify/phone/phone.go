@@ -653,6 +653,34 @@ func mustDuration(s string) time.Duration {
 // forgetPressed ends a remembered approval from its Forget button, with the
 // checks of a decision: not from this host, a same-origin form, a paired
 // device, and a one-time token the index page gave that device for it.
+// postingDevice is the one guard of every form that changes something (a
+// decision, a forget): it refuses, through refuse or with heading, a post
+// from this host (the strong-channel property: an agent on this machine may
+// reach the page, but nothing it sends from here decides), a cross-site
+// post (a page elsewhere posting a form here while the phone's browser
+// holds the device cookie), a form naming a field twice, and a phone that
+// is not paired. It returns the paired device that posted.
+func (p *Page) postingDevice(w http.ResponseWriter, r *http.Request, refuse func(string), heading string) (Device, bool) {
+	if p.fromThisHost(r) {
+		refuse(RefusedLocal)
+		return Device{}, false
+	}
+	if msg := p.refuseForged(r); msg != "" {
+		refuse(msg)
+		return Device{}, false
+	}
+	if msg := twiceInForm(r); msg != "" {
+		p.message(w, http.StatusBadRequest, "bad", heading, msg)
+		return Device{}, false
+	}
+	dev, ok := p.device(nil, r)
+	if !ok {
+		refuse("this phone is not paired; pair it first")
+		return Device{}, false
+	}
+	return dev, true
+}
+
 func (p *Page) forgetPressed(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	refuse := func(msg string) {
@@ -663,21 +691,8 @@ func (p *Page) forgetPressed(w http.ResponseWriter, r *http.Request) {
 		p.message(w, http.StatusNotFound, "bad", "Nothing to end", "No remembered approval "+truncate(id, 40)+".")
 		return
 	}
-	if p.fromThisHost(r) {
-		refuse(RefusedLocal)
-		return
-	}
-	if msg := p.refuseForged(r); msg != "" {
-		refuse(msg)
-		return
-	}
-	if msg := twiceInForm(r); msg != "" {
-		p.message(w, http.StatusBadRequest, "bad", "Nothing ended", msg)
-		return
-	}
-	dev, ok := p.device(nil, r)
+	dev, ok := p.postingDevice(w, r, refuse, "Nothing ended")
 	if !ok {
-		refuse("this phone is not paired; pair it first")
 		return
 	}
 	if !p.useToken(r.PostFormValue("token"), dev.ID, forgetTarget(id), p.now()) {
@@ -717,25 +732,8 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 		p.logf("phone page: refused a decision on %q from %s (origin %q): %s", truncate(id, 40), r.RemoteAddr, truncate(r.Header.Get("Origin"), 80), msg)
 		p.message(w, http.StatusForbidden, "bad", "Refused", msg)
 	}
-	// The strong-channel property: an agent on this machine may reach the
-	// page, but nothing it sends from here decides a request.
-	if p.fromThisHost(r) {
-		refuse(RefusedLocal)
-		return
-	}
-	// Attack: cross-site request forgery, a page elsewhere posting a form
-	// here while the phone's browser holds the device cookie.
-	if msg := p.refuseForged(r); msg != "" {
-		refuse(msg)
-		return
-	}
-	if msg := twiceInForm(r); msg != "" {
-		p.message(w, http.StatusBadRequest, "bad", "Nothing decided", msg)
-		return
-	}
-	dev, ok := p.device(nil, r)
+	dev, ok := p.postingDevice(w, r, refuse, "Nothing decided")
 	if !ok {
-		refuse("this phone is not paired; pair it first")
 		return
 	}
 	// Attack: replaying a decision, or deciding a request the device never
