@@ -105,15 +105,18 @@ func (rs *humanRequests) start(what string, do func(ctx context.Context, events 
 }
 
 // waiting records that the daemon put h before a human, under its id.
+// It registers h under that id before it makes the id visible (h.ev): a
+// call that sees the id returns it to the client, which may ask
+// parley_wait for it at once.
 func (rs *humanRequests) waiting(h *humanRequest, e protocol.Event) {
 	h.mu.Lock()
 	first := h.ev == nil
-	h.ev = &e
-	h.mu.Unlock()
 	if !first || e.Request == "" {
+		h.ev = &e
+		h.mu.Unlock()
 		return
 	}
-	infof("waiting for approval of %s; match code: %s", e.Request, e.Code)
+	h.mu.Unlock()
 	rs.mu.Lock()
 	if rs.byID == nil {
 		rs.byID = map[string]*humanRequest{}
@@ -121,6 +124,10 @@ func (rs *humanRequests) waiting(h *humanRequest, e protocol.Event) {
 	rs.byID[e.Request] = h
 	rs.evictLocked()
 	rs.mu.Unlock()
+	h.mu.Lock()
+	h.ev = &e
+	h.mu.Unlock()
+	infof("waiting for approval of %s; match code: %s", e.Request, e.Code)
 	close(h.evc)
 }
 
