@@ -69,28 +69,46 @@ const completionTimeout = 2 * time.Second
 // daemon cannot be reached, is slow, or does not let this user list them:
 // completion must never hang a shell or print an error into it.
 func completeRequest(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	return completeIDs(args, toComplete, func(ctx context.Context, c *client.Client) ([]string, error) {
+		list, err := c.Pending(ctx)
+		var lines []string
+		for _, v := range list {
+			lines = append(lines, completionLine(v.ID, lens.SafeText(v.Title, 80), toComplete)...)
+		}
+		return lines, err
+	})
+}
+
+// completeIDs asks the daemon (through dial, which refuses a socket served
+// by another user) for what list returns, within completionTimeout. It
+// offers nothing when there are args already, or the daemon cannot be
+// reached, is slow, or refuses.
+func completeIDs(args []string, toComplete string, list func(context.Context, *client.Client) ([]string, error)) ([]string, cobra.ShellCompDirective) {
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	c, err := client.Dial(socketPath())
+	c, err := dial(socketPath())
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
 	defer cancel()
-	list, err := c.Pending(ctx)
+	out, err := list(ctx, c)
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	var out []string
-	for _, v := range list {
-		// The id and title come from the daemon; a completion line must
-		// stay one line, with one tab before its description.
-		id := lens.SafeText(v.ID, 64)
-		if strings.HasPrefix(id, toComplete) && !strings.ContainsAny(id, " \t") {
-			out = append(out, id+"\t"+lens.SafeText(v.Title, 80))
-		}
-	}
 	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// completionLine is the completion of one id from the daemon, described by
+// desc (already made safe), when it starts with toComplete. The id comes
+// from the daemon; a completion line must stay one line, with one tab
+// before its description, so an id holding a space or tab is not offered.
+func completionLine(id, desc, toComplete string) []string {
+	id = lens.SafeText(id, 64)
+	if !strings.HasPrefix(id, toComplete) || strings.ContainsAny(id, " \t") {
+		return nil
+	}
+	return []string{id + "\t" + desc}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/parley-keyd/parley-keyd/grant/lens"
 	"github.com/parley-keyd/parley-keyd/internal/duration"
+	"github.com/parley-keyd/parley-keyd/keyd/client"
 	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"github.com/spf13/cobra"
 )
@@ -169,26 +170,12 @@ into the audit log.`,
 // may see, with each one's agent and end, as completeRequest offers
 // waiting requests: nothing when the daemon is away or slow.
 func completeRemembered(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-	if len(args) > 0 {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	c, err := dial(socketPath())
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
-	defer cancel()
-	list, err := c.Remembered(ctx)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	var out []string
-	for _, v := range list {
-		id := lens.SafeText(v.ID, 64)
-		if strings.HasPrefix(id, toComplete) && !strings.ContainsAny(id, " \t") {
-			out = append(out, id+"\t"+lens.SafeText(v.Agent, 40)+" until "+time.Unix(v.Until, 0).Format("15:04"))
+	return completeIDs(args, toComplete, func(ctx context.Context, c *client.Client) ([]string, error) {
+		list, err := c.Remembered(ctx)
+		var lines []string
+		for _, v := range list {
+			lines = append(lines, completionLine(v.ID, lens.SafeText(v.Agent, 40)+" until "+time.Unix(v.Until, 0).Format("15:04"), toComplete)...)
 		}
-	}
-	return out, cobra.ShellCompDirectiveNoFileComp
+		return lines, err
+	})
 }
