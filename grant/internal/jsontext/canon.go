@@ -132,23 +132,13 @@ func UnescapeCanon(seg []byte) string {
 			continue
 		}
 		i++
-		switch seg[i] {
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
+		if seg[i] == 'u' {
 			out = append(out, (seg[i+3]-'0')<<4|hexVal(seg[i+4]))
 			i += 4
-		default: // '"' or '\\'
-			out = append(out, seg[i])
+			continue
 		}
+		b, _ := shortEscape(seg[i]) // Canon.str let only these through
+		out = append(out, b)
 	}
 	return string(out)
 }

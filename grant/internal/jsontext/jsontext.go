@@ -165,24 +165,13 @@ func (s *Scanner) String(keepSurrogates bool) (text []byte, escaped bool, err er
 			}
 			e := s.B[s.I]
 			s.I++
-			switch e {
-			case '"', '\\', '/':
-				out = append(out, e)
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
+			if e == 'u' {
 				if out, err = s.unicodeEscape(out, keepSurrogates); err != nil {
 					return nil, false, err
 				}
-			default:
+			} else if b, ok := shortEscape(e); ok {
+				out = append(out, b)
+			} else {
 				return nil, false, &SyntaxError{Off: s.I, Msg: MsgBadEscape + string(rune(e))}
 			}
 			start = s.I
@@ -193,6 +182,26 @@ func (s *Scanner) String(keepSurrogates bool) (text []byte, escaped bool, err er
 			s.I++
 		}
 	}
+}
+
+// shortEscape is the character a two-character escape \e stands for
+// (RFC 8259 §7), and false for any e that is not one.
+func shortEscape(e byte) (byte, bool) {
+	switch e {
+	case '"', '\\', '/':
+		return e, true
+	case 'b':
+		return '\b', true
+	case 'f':
+		return '\f', true
+	case 'n':
+		return '\n', true
+	case 'r':
+		return '\r', true
+	case 't':
+		return '\t', true
+	}
+	return 0, false
 }
 
 // unicodeEscape reads the four hex digits after \u (and a second escape
