@@ -52,9 +52,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/keyd/audit"
 	"github.com/parley-keyd/parley-keyd/keyd/client"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
 	"golang.org/x/sys/unix"
 )
 
@@ -437,6 +437,13 @@ func step(format string, args ...any) {
 // keydClients connects n typed clients, each with its own holder key, each
 // asking for a calendar grant the bench policy issues at once.
 func keydClients(sock string, n int) ([]op, func(), error) {
+	return grantClients(sock, n, "auto", nil)
+}
+
+// grantClients connects n typed clients, each with its own holder key, each
+// asking for the bench's calendar grant (benchCaveats) and expecting it
+// decided by want; events goes to client.Grant as it is.
+func grantClients(sock string, n int, want string, events func(protocol.Event)) ([]op, func(), error) {
 	var ops []op
 	var clients []*client.Client
 	closeAll := func() {
@@ -444,8 +451,7 @@ func keydClients(sock string, n int) ([]op, func(), error) {
 			c.Close()
 		}
 	}
-	exp := time.Now().Unix() + 3600
-	cavs := []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find"), grant.Exp(exp)}
+	cavs := benchCaveats()
 	for i := 0; i < n; i++ {
 		c, err := client.Dial(sock)
 		if err != nil {
@@ -461,9 +467,9 @@ func keydClients(sock string, n int) ([]op, func(), error) {
 		// No deadline, like the protocol client: the two cost the same
 		// but for the client itself.
 		ops = append(ops, func() error {
-			res, err := c.Grant(context.Background(), key, cavs, nil)
-			if err == nil && res.Decision != "auto" {
-				err = fmt.Errorf("grant decided by %q, want auto", res.Decision)
+			res, err := c.Grant(context.Background(), key, cavs, events)
+			if err == nil && res.Decision != want {
+				err = fmt.Errorf("grant decided by %q, want %s", res.Decision, want)
 			}
 			return err
 		})

@@ -118,33 +118,5 @@ func rememberOne(sock string) error {
 // rememberedClients connects n clients, each with its own holder key, each
 // asking for the request the human had remembered.
 func rememberedClients(sock string, n int) ([]op, func(), error) {
-	var ops []op
-	var clients []*client.Client
-	closeAll := func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}
-	cavs := benchCaveats()
-	for i := 0; i < n; i++ {
-		c, err := client.Dial(sock)
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		clients = append(clients, c)
-		_, key, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		ops = append(ops, func() error {
-			res, err := c.Grant(context.Background(), key, cavs, func(protocol.Event) {})
-			if err == nil && res.Decision != "remembered" {
-				err = fmt.Errorf("grant decided by %q, want remembered", res.Decision)
-			}
-			return err
-		})
-	}
-	return ops, closeAll, nil
+	return grantClients(sock, n, "remembered", func(protocol.Event) {})
 }
