@@ -462,7 +462,7 @@ func TestPhoneBrowser(t *testing.T) {
 		{"fail/cross-site-origin", func() url.Values { _, _, tk := phoneGet(t, pc, d, "/r/"+a2.id, cred); return approve(tk) }, "https://evil.example", cred, "did not come from this page"},
 		{"fail/no-origin", func() url.Values { _, _, tk := phoneGet(t, pc, d, "/r/"+a2.id, cred); return approve(tk) }, "", cred, "did not say where it came from"},
 		{"fail/no-cookie", func() url.Values { _, _, tk := phoneGet(t, pc, d, "/r/"+a2.id, cred); return approve(tk) }, origin, "", "not paired"},
-		{"fail/wrong-cookie", func() url.Values { _, _, tk := phoneGet(t, pc, d, "/r/"+a2.id, cred); return approve(tk) }, origin, "x" + cred[1:], "not paired"},
+		{"fail/wrong-cookie", func() url.Values { _, _, tk := phoneGet(t, pc, d, "/r/"+a2.id, cred); return approve(tk) }, origin, otherCookie(cred), "not paired"},
 	}
 	for _, tc := range forged {
 		t.Run(tc.name, func(t *testing.T) {
@@ -506,4 +506,14 @@ func TestPhoneBrowser(t *testing.T) {
 	if st, _, _ := phoneGet(t, pc, d, "/", cred); st != http.StatusForbidden {
 		t.Errorf("a revoked phone's page: %d, want 403", st)
 	}
+}
+
+// otherCookie returns a cookie value of the same length and alphabet as
+// cred that is never cred itself: its first character changed.
+func otherCookie(cred string) string {
+	first := byte('x')
+	if cred[0] == first {
+		first = 'y'
+	}
+	return string(first) + cred[1:]
 }
