@@ -43,7 +43,7 @@ func TestClusterSetUpWaitsForEveryNode(t *testing.T) {
 	if nodes[0].Mounted() != "parley-test-x" {
 		t.Fatalf("mounted %q on the first node", nodes[0].Mounted())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	err := waitServed(ctx, clients, addrs, "parley-test-x", "")
 	cancel()
 	if err == nil || !strings.Contains(err.Error(), addrs[1]) || !strings.Contains(err.Error(), "no handler for route") {
@@ -68,7 +68,7 @@ func TestClusterSetUpWaitsForEveryNode(t *testing.T) {
 
 	// The key too: signing on a standby needs it there.
 	nodes[0].CreateKey("principal")
-	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 	err = waitServed(ctx, clients, addrs, "parley-test-x", "principal")
 	cancel()
 	if err == nil || !strings.Contains(err.Error(), addrs[1]) {

@@ -122,14 +122,18 @@ func unmountAny(clients []*api.Client, addrs []string, mount string) error {
 // when ctx ends first, naming the node.
 func waitServed(ctx context.Context, clients []*api.Client, addrs []string, mount, key string) error {
 	for i, c := range clients {
+		var last error // the node's own answer, not the deadline cutting a probe short
 		for {
 			err := served(ctx, c, mount, key)
 			if err == nil {
 				break
 			}
+			if ctx.Err() == nil || last == nil {
+				last = err
+			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("%s does not serve %s yet: %v", addrs[i], mount+"/keys/"+key, err)
+				return fmt.Errorf("%s does not serve %s yet: %v", addrs[i], mount+"/keys/"+key, last)
 			case <-time.After(100 * time.Millisecond): // polling a remote condition, within ctx
 			}
 		}
