@@ -93,7 +93,7 @@ func TestBlockCacheForgery(t *testing.T) {
 			ctx.Cache = cache
 			_, err := Verify([]string{tc.forged}, trusted, ctx)
 			var e *Error
-			if !errors.As(err, &e) || e.Code != CodeUnauthorized {
+			if !errors.As(err, &e) || e.Code != codeUnauthorized {
 				t.Fatalf("forged grant with a cached signature: got %v, want unauthorized (bad signature)", err)
 			}
 			// The answer does not depend on the cache.
@@ -167,16 +167,16 @@ func TestBlockCacheStillChecksEverything(t *testing.T) {
 		name    string
 		trusted []string
 		ctx     Context
-		code    Code
+		code    string
 		need    []Caveat
 	}{
-		{"fail/expired-delegation", []string{principalPub}, with(func(c *Context) { c.Now = testNow + 30 }), CodeForbidden, []Caveat{Exp(testNow + 30)}},
-		{"fail/expired-root-and-delegation", []string{principalPub}, with(func(c *Context) { c.Now = testNow + 60 }), CodeForbidden, []Caveat{Exp(testNow + 60), Exp(testNow + 30)}},
-		{"fail/not-yet-valid", []string{principalPub}, with(func(c *Context) { c.Now = testNow - 11 }), CodeForbidden, []Caveat{Nbf(testNow - 10)}},
-		{"fail/other-service", []string{principalPub}, with(func(c *Context) { c.Service = "bank.example" }), CodeForbidden, []Caveat{Svc("shop.example")}},
-		{"fail/verb-not-delegated", []string{principalPub}, with(func(c *Context) { c.Verb = "INTENT" }), CodeForbidden, []Caveat{Verbs("ASK")}},
-		{"fail/holder-is-not-the-proof-key", []string{principalPub}, with(func(c *Context) { c.ProofKey = pubText(keyAgent) }), CodeUnauthorized, nil},
-		{"fail/issuer-no-longer-trusted", []string{pubText(keyMallory)}, ask, CodeUnauthorized, nil},
+		{"fail/expired-delegation", []string{principalPub}, with(func(c *Context) { c.Now = testNow + 30 }), codeForbidden, []Caveat{Exp(testNow + 30)}},
+		{"fail/expired-root-and-delegation", []string{principalPub}, with(func(c *Context) { c.Now = testNow + 60 }), codeForbidden, []Caveat{Exp(testNow + 60), Exp(testNow + 30)}},
+		{"fail/not-yet-valid", []string{principalPub}, with(func(c *Context) { c.Now = testNow - 11 }), codeForbidden, []Caveat{Nbf(testNow - 10)}},
+		{"fail/other-service", []string{principalPub}, with(func(c *Context) { c.Service = "bank.example" }), codeForbidden, []Caveat{Svc("shop.example")}},
+		{"fail/verb-not-delegated", []string{principalPub}, with(func(c *Context) { c.Verb = "INTENT" }), codeForbidden, []Caveat{Verbs("ASK")}},
+		{"fail/holder-is-not-the-proof-key", []string{principalPub}, with(func(c *Context) { c.ProofKey = pubText(keyAgent) }), codeUnauthorized, nil},
+		{"fail/issuer-no-longer-trusted", []string{pubText(keyMallory)}, ask, codeUnauthorized, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

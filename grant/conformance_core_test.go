@@ -175,7 +175,7 @@ type grantCase struct {
 	Spent  map[string]int64 `json:"spent"` // also accepted beside ctx
 	Expect struct {
 		OK   bool              `json:"ok"`
-		Code Code              `json:"code"`
+		Code string            `json:"code"`
 		Need []json.RawMessage `json:"need"`
 	} `json:"expect"`
 }
@@ -244,7 +244,7 @@ func TestConformanceGrants(t *testing.T) {
 					t.Errorf("need (-want +got):\n%s", diff)
 				}
 			}
-			if e.Code == CodeConsentRequired && e.Principal != c.Trusted[0] {
+			if e.Code == codeConsentRequired && e.Principal != c.Trusted[0] {
 				t.Errorf("consent principal %q, want %q", e.Principal, c.Trusted[0])
 			}
 		})

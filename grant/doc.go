@@ -112,8 +112,8 @@
 // # Errors
 //
 // Verify, VerifyProof, CheckChain and CheckConsent return *Error, whose Code
-// is the spec's error code (§7) a service answers with; CodeOf reads it from
-// any error. Decode's errors wrap ErrMalformedToken.
+// is the spec's error code (§7) a service answers with, written as the spec
+// writes it ("forbidden"); errors.As finds it in a wrapped error.
 //
 // # Lens and display
 //

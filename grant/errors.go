@@ -2,43 +2,41 @@ package grant
 
 import "errors"
 
-// Code is a stable, machine-readable reason for a refusal. The values are the
-// spec's own error codes (§7) and are wire-stable: never rename one.
-type Code string
-
-// The codes that this package returns. Verify uses only CodeUnauthorized,
-// CodeForbidden, CodeConsentRequired and CodeInvalidParams; CheckConsent uses
-// CodeConflict, CodeExpired and CodeInvalidParams.
+// The spec's error codes (§7) that Error.Code holds. They are wire-stable:
+// never rename one. Verify returns unauthorized, forbidden,
+// consent_required and invalid_params; CheckConsent conflict, expired and
+// invalid_params.
 const (
-	// CodeUnauthorized: a missing or invalid grant or proof (§7).
-	CodeUnauthorized Code = "unauthorized"
-	// CodeForbidden: a valid grant that does not cover the request; Need
-	// holds the caveats that blocked it (§7).
-	CodeForbidden Code = "forbidden"
-	// CodeConsentRequired: a COMMIT that a grant would authorize but for a
+	// codeUnauthorized: a missing or invalid grant or proof.
+	codeUnauthorized = "unauthorized"
+	// codeForbidden: a valid grant that does not cover the request.
+	codeForbidden = "forbidden"
+	// codeConsentRequired: a COMMIT that a grant would authorize but for a
 	// per, spend or risk caveat (§6.6).
-	CodeConsentRequired Code = "consent_required"
-	// CodeInvalidParams: malformed input from the caller, outside
-	// verification (§7 invalid_params). It is the one Go name of that
-	// code: the daemon's ERROR frames carry the same constant.
-	CodeInvalidParams Code = "invalid_params"
-	// CodeConflict: a consent request or hash that does not match the
+	codeConsentRequired = "consent_required"
+	// codeInvalidParams: malformed input from the caller, outside
+	// verification.
+	codeInvalidParams = "invalid_params"
+	// codeConflict: a consent request or hash that does not match the
 	// proposal it names (§4.4, §6.6).
-	CodeConflict Code = "conflict"
-	// CodeExpired: a proposal or consent request past its expiry (§7).
-	CodeExpired Code = "expired"
+	codeConflict = "conflict"
+	// codeExpired: a proposal or consent request past its expiry.
+	codeExpired = "expired"
 )
 
-// Error is a refusal with a stable code. Every error that Verify, VerifyProof,
-// CheckChain and CheckConsent return is an *Error.
+// Error is a refusal with a stable code. Every error that Verify,
+// VerifyProof, CheckChain and CheckConsent return is an *Error; a service
+// reads it with errors.As and answers with its Code.
 type Error struct {
-	Code    Code
+	// Code is the spec's error code (§7): unauthorized, forbidden,
+	// consent_required, invalid_params, conflict or expired.
+	Code    string
 	Message string
-	// Need holds, for CodeForbidden, the caveats that blocked the request
+	// Need holds, for forbidden, the caveats that blocked the request
 	// (§7 need). It never holds per, spend or risk caveats: those alone
-	// lead to CodeConsentRequired instead.
+	// lead to consent_required instead.
 	Need []Caveat
-	// Principal is, for CodeConsentRequired, the root issuer of the grant
+	// Principal is, for consent_required, the root issuer of the grant
 	// that would authorize the COMMIT with consent: the principal to name
 	// in the consent object (§6.6).
 	Principal string
@@ -47,18 +45,9 @@ type Error struct {
 var _ error = (*Error)(nil)
 
 // Error returns the code and the message.
-func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
-// ErrMalformedToken is wrapped by every error Decode returns.
-var ErrMalformedToken = errors.New("malformed grant token")
+// errMalformedToken is wrapped by every error Decode returns.
+var errMalformedToken = errors.New("malformed grant token")
 
-func newError(code Code, msg string) *Error { return &Error{Code: code, Message: msg} }
-
-// CodeOf returns the code of err when it is or wraps an *Error, and "" otherwise.
-func CodeOf(err error) Code {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
-}
+func newError(code, msg string) *Error { return &Error{Code: code, Message: msg} }

@@ -80,9 +80,9 @@ func MakeProof(holder crypto.Signer, aud, verb, target string, ts int64) (Proof,
 // VerifyProof checks that p signs the request (aud, verb, target) with its
 // key and that |now − ts| ≤ ProofWindow (§6.5). The caller then passes
 // p.Key to Verify as Context.ProofKey. Errors are *Error with
-// CodeUnauthorized.
+// codeUnauthorized.
 func VerifyProof(p Proof, aud, verb, target string, now int64) error {
-	fail := func(msg string) error { return newError(CodeUnauthorized, "proof: "+msg) }
+	fail := func(msg string) error { return newError(codeUnauthorized, "proof: "+msg) }
 	// Check the window without overflow: ts is attacker-chosen.
 	if p.Ts > now {
 		if uint64(p.Ts)-uint64(now) > ProofWindow {

@@ -54,11 +54,11 @@ func TestVerifyProof(t *testing.T) {
 				if other == k {
 					continue
 				}
-				if err := VerifyProof(p, aud, other.verb, other.target, testNow); CodeOf(err) != CodeUnauthorized {
+				if err := VerifyProof(p, aud, other.verb, other.target, testNow); codeOf(err) != codeUnauthorized {
 					t.Errorf("proof for %s accepted for %s: %v", k.name, other.name, err)
 				}
 			}
-			if err := VerifyProof(p, "evil.example", k.verb, k.target, testNow); CodeOf(err) != CodeUnauthorized {
+			if err := VerifyProof(p, "evil.example", k.verb, k.target, testNow); codeOf(err) != codeUnauthorized {
 				t.Errorf("proof accepted at another audience: %v", err)
 			}
 		})
@@ -87,7 +87,7 @@ func TestVerifyProof(t *testing.T) {
 			if tt.ok && err != nil {
 				t.Errorf("VerifyProof at now%+d: %v", tt.now-testNow, err)
 			}
-			if !tt.ok && CodeOf(err) != CodeUnauthorized {
+			if !tt.ok && codeOf(err) != codeUnauthorized {
 				t.Errorf("VerifyProof at now%+d = %v, want unauthorized", tt.now-testNow, err)
 			}
 		})
@@ -108,7 +108,7 @@ func TestVerifyProof(t *testing.T) {
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := VerifyProof(tt.p, aud, "ASK", "shop.search", testNow); CodeOf(err) != CodeUnauthorized {
+			if err := VerifyProof(tt.p, aud, "ASK", "shop.search", testNow); codeOf(err) != codeUnauthorized {
 				t.Errorf("VerifyProof = %v, want unauthorized", err)
 			}
 		})

@@ -386,10 +386,10 @@ func intField(m map[string]any, k string) (int64, error) {
 // expiry.
 func CheckConsent(c ConsentRequest, service string, p *Proposal, now int64) error {
 	if p == nil || p.hash == "" {
-		return newError(CodeInvalidParams, "consent: the proposal was not read by ParseProposal")
+		return newError(codeInvalidParams, "consent: the proposal was not read by ParseProposal")
 	}
 	h := p.hash
-	conflict := func(msg string) error { return newError(CodeConflict, "consent: "+msg) }
+	conflict := func(msg string) error { return newError(codeConflict, "consent: "+msg) }
 	switch {
 	case c.Hash != h:
 		return conflict("the hash does not match the proposal")
@@ -402,11 +402,11 @@ func CheckConsent(c ConsentRequest, service string, p *Proposal, now int64) erro
 	case c.Capability != p.Capability:
 		return conflict("the capability does not match the proposal")
 	case now >= p.Expires:
-		return newError(CodeExpired, "consent: the proposal has expired")
+		return newError(codeExpired, "consent: the proposal has expired")
 	case c.Expires > p.Expires:
 		return conflict("the request outlives the proposal")
 	case now >= c.Expires:
-		return newError(CodeExpired, "consent: the request has expired")
+		return newError(codeExpired, "consent: the request has expired")
 	}
 	return nil
 }

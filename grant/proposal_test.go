@@ -109,21 +109,21 @@ func TestCheckConsent(t *testing.T) {
 		raw      []byte
 		service  string
 		now      int64
-		wantCode Code
+		wantCode string
 	}{
 		{name: "ok/matching", now: testNow},
 		{name: "ok/with-hash-field", raw: withHash, now: testNow},
 		{name: "ok/consent-expires-before-proposal", mutate: func(c *ConsentRequest) { c.Expires = testNow + 60 }, now: testNow},
-		{name: "fail/hash-mismatch", mutate: func(c *ConsentRequest) { c.Hash = "3YBSE3lWje0kWnzf3PaGMr3CI3aoO1qdYRLxUkmOJVU" }, now: testNow, wantCode: CodeConflict},
-		{name: "fail/effects-swapped", raw: swapped, now: testNow, wantCode: CodeConflict},
-		{name: "fail/hash-field-lies", raw: wrongHashField, now: testNow, wantCode: CodeConflict},
-		{name: "fail/other-proposal-id", mutate: func(c *ConsentRequest) { c.Proposal = "p_other" }, now: testNow, wantCode: CodeConflict},
-		{name: "fail/other-service", service: "evil.example", now: testNow, wantCode: CodeConflict},
-		{name: "fail/other-capability", mutate: func(c *ConsentRequest) { c.Capability = "shop.refund" }, now: testNow, wantCode: CodeConflict},
-		{name: "fail/outlives-proposal", mutate: func(c *ConsentRequest) { c.Expires = 1790000601 }, now: testNow, wantCode: CodeConflict},
-		{name: "fail/proposal-expired", now: 1790000600, wantCode: CodeExpired},
-		{name: "fail/request-expired", mutate: func(c *ConsentRequest) { c.Expires = testNow }, now: testNow, wantCode: CodeExpired},
-		{name: "fail/malformed-proposal", raw: []byte(`{"id":"p_7Hc2"}`), now: testNow, wantCode: CodeInvalidParams},
+		{name: "fail/hash-mismatch", mutate: func(c *ConsentRequest) { c.Hash = "3YBSE3lWje0kWnzf3PaGMr3CI3aoO1qdYRLxUkmOJVU" }, now: testNow, wantCode: codeConflict},
+		{name: "fail/effects-swapped", raw: swapped, now: testNow, wantCode: codeConflict},
+		{name: "fail/hash-field-lies", raw: wrongHashField, now: testNow, wantCode: codeConflict},
+		{name: "fail/other-proposal-id", mutate: func(c *ConsentRequest) { c.Proposal = "p_other" }, now: testNow, wantCode: codeConflict},
+		{name: "fail/other-service", service: "evil.example", now: testNow, wantCode: codeConflict},
+		{name: "fail/other-capability", mutate: func(c *ConsentRequest) { c.Capability = "shop.refund" }, now: testNow, wantCode: codeConflict},
+		{name: "fail/outlives-proposal", mutate: func(c *ConsentRequest) { c.Expires = 1790000601 }, now: testNow, wantCode: codeConflict},
+		{name: "fail/proposal-expired", now: 1790000600, wantCode: codeExpired},
+		{name: "fail/request-expired", mutate: func(c *ConsentRequest) { c.Expires = testNow }, now: testNow, wantCode: codeExpired},
+		{name: "fail/malformed-proposal", raw: []byte(`{"id":"p_7Hc2"}`), now: testNow, wantCode: codeInvalidParams},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,7 +143,7 @@ func TestCheckConsent(t *testing.T) {
 			if err == nil {
 				err = CheckConsent(c, svc, p, tt.now)
 			} else {
-				err = &Error{Code: CodeInvalidParams, Message: err.Error()}
+				err = &Error{Code: codeInvalidParams, Message: err.Error()}
 			}
 			if tt.wantCode == "" {
 				if err != nil {
@@ -151,7 +151,7 @@ func TestCheckConsent(t *testing.T) {
 				}
 				return
 			}
-			if CodeOf(err) != tt.wantCode {
+			if codeOf(err) != tt.wantCode {
 				t.Errorf("CheckConsent = %v, want %s", err, tt.wantCode)
 			}
 			if err != nil && strings.Contains(err.Error(), hash) {
@@ -225,7 +225,7 @@ func TestProposalKeepsItsHash(t *testing.T) {
 		t.Errorf("Facts().Hash = %q, Hash = %q", f.Hash, p.Hash)
 	}
 	// A Proposal not made by ParseProposal has no hash to check against.
-	if err := CheckConsent(ConsentRequest{Hash: h}, "s", &Proposal{ID: "p_7Hc2"}, testNow); CodeOf(err) != CodeInvalidParams {
+	if err := CheckConsent(ConsentRequest{Hash: h}, "s", &Proposal{ID: "p_7Hc2"}, testNow); codeOf(err) != codeInvalidParams {
 		t.Errorf("CheckConsent of a hand-made proposal: %v", err)
 	}
 }

@@ -68,7 +68,7 @@ func TestSmallOrderKeysRefused(t *testing.T) {
 			if !ok {
 				t.Fatal("no forgery")
 			}
-			if err := VerifyProof(p, "shop.example", "COMMIT", "h", testNow); CodeOf(err) != CodeUnauthorized {
+			if err := VerifyProof(p, "shop.example", "COMMIT", "h", testNow); codeOf(err) != codeUnauthorized {
 				t.Errorf("VerifyProof accepts a forged proof: %v", err)
 			}
 			// Holder of a root grant and of a delegation.
@@ -140,7 +140,7 @@ func TestSmallOrderInTokens(t *testing.T) {
 			tok := forgedToken(t, forged{p: Payload{Iss: principalPub, Sub: text, Nonce: "n", Caveats: []Caveat{}}, signer: keyPrincipal})
 			c := ctx
 			c.ProofKey = text
-			if _, err := Verify([]string{tok}, []string{principalPub}, c); CodeOf(err) != CodeUnauthorized {
+			if _, err := Verify([]string{tok}, []string{principalPub}, c); codeOf(err) != codeUnauthorized {
 				t.Errorf("Verify accepts a grant held by a small-order key: %v", err)
 			}
 			if _, err := Decode(tok); err == nil {
@@ -158,7 +158,7 @@ func TestSmallOrderInTokens(t *testing.T) {
 			)
 			c := ctx
 			c.ProofKey = pubText(keyMallory)
-			if _, err := Verify([]string{tok}, []string{principalPub}, c); CodeOf(err) != CodeUnauthorized {
+			if _, err := Verify([]string{tok}, []string{principalPub}, c); codeOf(err) != codeUnauthorized {
 				t.Errorf("Verify accepts a chain through a small-order key: %v", err)
 			}
 		})
@@ -168,7 +168,7 @@ func TestSmallOrderInTokens(t *testing.T) {
 			tok := forgedToken(t, forged{p: Payload{Iss: text, Sub: pubText(keyMallory), Nonce: "n", Caveats: []Caveat{}}, signerPub: k.Key})
 			c := ctx
 			c.ProofKey = pubText(keyMallory)
-			if _, err := Verify([]string{tok}, []string{text}, c); CodeOf(err) != CodeUnauthorized {
+			if _, err := Verify([]string{tok}, []string{text}, c); codeOf(err) != codeUnauthorized {
 				t.Errorf("Verify accepts a root grant from a trusted small-order key: %v", err)
 			}
 		})

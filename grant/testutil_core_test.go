@@ -3,6 +3,7 @@ package grant
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"errors"
 	"testing"
 )
 
@@ -73,4 +74,14 @@ func body(t testing.TB, tok string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// codeOf returns the code of err when it is or wraps an *Error, and ""
+// otherwise.
+func codeOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
 }

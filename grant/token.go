@@ -143,7 +143,7 @@ func (t *Token) Encode() string {
 }
 
 func malformed(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrMalformedToken, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", errMalformedToken, fmt.Sprintf(format, args...))
 }
 
 // Decode parses an encoded grant (§6.2). It checks the form only, not any
@@ -160,7 +160,7 @@ func malformed(format string, args ...any) error {
 // caveats that are not single-key objects. A caveat of an unknown kind or
 // with a malformed value does decode; Verify refuses it as forbidden.
 //
-// Every error wraps ErrMalformedToken.
+// Every error wraps errMalformedToken.
 func Decode(s string) (*Token, error) {
 	if len(s) > MaxTokenLen {
 		return nil, malformed("longer than %d bytes", MaxTokenLen)
@@ -404,7 +404,7 @@ func blockExpiry(b *Block) (int64, bool) {
 // CheckChain checks the chain's signatures and links (§6.4 steps 2 and 3):
 // the root is signed by its iss, each later block by the sub of the block
 // before it, and each prev names the block before it. It checks no caveat
-// and no trust in the issuer. Its errors are *Error with CodeUnauthorized.
+// and no trust in the issuer. Its errors are *Error with codeUnauthorized.
 func (t *Token) CheckChain() error {
 	_, err := t.checkChain(nil)
 	if err != nil {
@@ -418,10 +418,10 @@ func (t *Token) CheckChain() error {
 // nil) holds it.
 func (t *Token) checkChain(cache *BlockCache) ([]string, *Error) {
 	if len(t.Blocks) == 0 {
-		return nil, newError(CodeUnauthorized, "grant has no blocks")
+		return nil, newError(codeUnauthorized, "grant has no blocks")
 	}
 	if len(t.Blocks) > maxBlocks {
-		return nil, newError(CodeUnauthorized, "grant has too many blocks")
+		return nil, newError(codeUnauthorized, "grant has too many blocks")
 	}
 	ids := make([]string, len(t.Blocks))
 	var signer ed25519.PublicKey
@@ -430,35 +430,35 @@ func (t *Token) checkChain(cache *BlockCache) ([]string, *Error) {
 		var keyText string
 		if i == 0 {
 			if b.Payload.Prev != "" {
-				return nil, newError(CodeUnauthorized, "root block has a prev")
+				return nil, newError(codeUnauthorized, "root block has a prev")
 			}
 			keyText = b.Payload.Iss
 		} else {
 			if b.Payload.Iss != "" || b.Payload.Nonce != "" {
-				return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d has an iss or nonce", i))
+				return nil, newError(codeUnauthorized, fmt.Sprintf("block %d has an iss or nonce", i))
 			}
 			// Without this link a block could be moved under another
 			// chain whose holder happens to have the same key.
 			if b.Payload.Prev != ids[i-1] {
-				return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: prev does not name block %d", i, i-1))
+				return nil, newError(codeUnauthorized, fmt.Sprintf("block %d: prev does not name block %d", i, i-1))
 			}
 			keyText = t.Blocks[i-1].Payload.Sub
 		}
 		var err error
 		if signer, err = ParsePublicKey(keyText); err != nil {
-			return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: signer: %v", i, err))
+			return nil, newError(codeUnauthorized, fmt.Sprintf("block %d: signer: %v", i, err))
 		}
 		msg, err := b.payloadBytes(i == 0)
 		if err != nil {
-			return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: %v", i, err))
+			return nil, newError(codeUnauthorized, fmt.Sprintf("block %d: %v", i, err))
 		}
 		if len(b.Sig) != ed25519.SignatureSize || !cache.verifySignature(signer, msg, b.Sig) {
-			return nil, newError(CodeUnauthorized, fmt.Sprintf("block %d: bad signature", i))
+			return nil, newError(codeUnauthorized, fmt.Sprintf("block %d: bad signature", i))
 		}
 		ids[i] = b.ID()
 	}
 	if _, err := ParsePublicKey(t.Holder()); err != nil {
-		return nil, newError(CodeUnauthorized, fmt.Sprintf("holder: %v", err))
+		return nil, newError(codeUnauthorized, fmt.Sprintf("holder: %v", err))
 	}
 	return ids, nil
 }

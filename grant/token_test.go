@@ -175,8 +175,8 @@ func TestDecode(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Decode = %+v, want an error", tok)
 			}
-			if !errors.Is(err, ErrMalformedToken) {
-				t.Errorf("error %v does not wrap ErrMalformedToken", err)
+			if !errors.Is(err, errMalformedToken) {
+				t.Errorf("error %v does not wrap errMalformedToken", err)
 			}
 		})
 	}
@@ -317,7 +317,7 @@ func TestCheckChain(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.tok.CheckChain()
-			if CodeOf(err) != CodeUnauthorized {
+			if codeOf(err) != codeUnauthorized {
 				t.Errorf("CheckChain = %v, want unauthorized", err)
 			}
 			if len(tt.tok.Blocks) == 0 || tt.tok.Blocks[0].signed == nil {
@@ -328,7 +328,7 @@ func TestCheckChain(t *testing.T) {
 				_, err = Verify([]string{tt.tok.Encode()}, []string{principalPub}, Context{
 					Service: "shop.example", Verb: "ASK", Capability: "shop.search", Now: testNow, ProofKey: tt.tok.Holder(),
 				})
-				if CodeOf(err) != CodeUnauthorized {
+				if codeOf(err) != codeUnauthorized {
 					t.Errorf("Verify = %v, want unauthorized", err)
 				}
 			}

@@ -84,10 +84,10 @@ type Result struct {
 // nothing.
 func Verify(tokens []string, trusted []string, ctx Context) (*Result, error) {
 	if len(tokens) == 0 {
-		return nil, newError(CodeUnauthorized, "no grant presented")
+		return nil, newError(codeUnauthorized, "no grant presented")
 	}
 	if len(tokens) > MaxGrants {
-		return nil, newError(CodeUnauthorized, fmt.Sprintf("more than %d grants presented", MaxGrants))
+		return nil, newError(codeUnauthorized, fmt.Sprintf("more than %d grants presented", MaxGrants))
 	}
 	if err := checkContext(&ctx); err != nil {
 		return nil, err
@@ -104,25 +104,25 @@ func Verify(tokens []string, trusted []string, ctx Context) (*Result, error) {
 			e.Message = fmt.Sprintf("grant %d: %s", i, e.Message)
 		}
 		r := rank(e.Code)
-		if r > bestRank || (r == bestRank && e.Code == CodeForbidden && len(e.Need) < len(best.Need)) {
+		if r > bestRank || (r == bestRank && e.Code == codeForbidden && len(e.Need) < len(best.Need)) {
 			best, bestRank = e, r
 		}
 	}
 	return nil, best
 }
 
-func rank(c Code) int {
+func rank(c string) int {
 	switch c {
-	case CodeConsentRequired:
+	case codeConsentRequired:
 		return 3
-	case CodeForbidden:
+	case codeForbidden:
 		return 2
 	}
 	return 1
 }
 
 func checkContext(ctx *Context) error {
-	bad := func(msg string) error { return newError(CodeInvalidParams, msg) }
+	bad := func(msg string) error { return newError(codeInvalidParams, msg) }
 	if ctx.Verb == "COMMIT" && ctx.Proposal == nil {
 		return bad("a COMMIT is verified against its proposal, and none was given")
 	}
@@ -145,7 +145,7 @@ func checkContext(ctx *Context) error {
 func verifyOne(s string, trusted []string, ctx *Context) (*Result, *Error) {
 	t, err := Decode(s)
 	if err != nil {
-		return nil, newError(CodeUnauthorized, err.Error())
+		return nil, newError(codeUnauthorized, err.Error())
 	}
 	iss := t.Issuer()
 	trustedIss := false
@@ -156,11 +156,11 @@ func verifyOne(s string, trusted []string, ctx *Context) (*Result, *Error) {
 		}
 	}
 	if !trustedIss {
-		return nil, newError(CodeUnauthorized, "grant is not issued by a trusted principal")
+		return nil, newError(codeUnauthorized, "grant is not issued by a trusted principal")
 	}
 	// Without this a stolen token would be usable by anyone (§6.5).
 	if ctx.ProofKey == "" || t.Holder() != ctx.ProofKey {
-		return nil, newError(CodeUnauthorized, "the proof key does not hold the grant")
+		return nil, newError(codeUnauthorized, "the proof key does not hold the grant")
 	}
 	ids, e := t.checkChain(ctx.Cache)
 	if e != nil {
@@ -190,7 +190,7 @@ func verifyOne(s string, trusted []string, ctx *Context) (*Result, *Error) {
 			names[i] = c.Name
 		}
 		return nil, &Error{
-			Code:    CodeForbidden,
+			Code:    codeForbidden,
 			Message: "the grant does not cover this request (" + strings.Join(names, ", ") + ")",
 			Need:    hard,
 		}
@@ -200,7 +200,7 @@ func verifyOne(s string, trusted []string, ctx *Context) (*Result, *Error) {
 			names[i] = c.Name
 		}
 		return nil, &Error{
-			Code:      CodeConsentRequired,
+			Code:      codeConsentRequired,
 			Message:   "the commit needs the principal's consent (" + strings.Join(names, ", ") + ")",
 			Principal: iss,
 		}

@@ -693,12 +693,15 @@ func (s *Server) consent(r *request) (*protocol.Frame, error) {
 			Fix: "pass the consent_required error exactly as the service sent it; it names the principal"}
 	}
 	if err := grant.CheckConsent(cr, f.Service, prop, now); err != nil {
+		// CheckConsent's codes (§7) are the protocol's codes of the same
+		// names: conflict, expired and invalid_params.
 		code := protocol.CodeConflict
-		switch grant.CodeOf(err) {
-		case grant.CodeExpired:
-			code = protocol.CodeExpired
-		case grant.CodeInvalidParams:
-			code = protocol.CodeInvalidParams
+		var ge *grant.Error
+		if errors.As(err, &ge) {
+			switch c := protocol.Code(ge.Code); c {
+			case protocol.CodeExpired, protocol.CodeInvalidParams:
+				code = c
+			}
 		}
 		return nil, &protocol.Error{Code: code, Message: "the consent does not match the proposal: " + shortErr(err),
 			Fix: "pass the proposal exactly as the service sent it, and the consent from the same service"}

@@ -716,13 +716,13 @@ func (t *mcpTools) attenuate(ctx context.Context, req *mcp.CallToolRequest, in a
 		return nil, out, toToolError(err)
 	}
 	if err := tok.CheckChain(); err != nil {
-		return nil, out, &toolError{Code: string(grant.CodeUnauthorized), Message: "the grant's signature chain does not hold: " + chainMessage(err),
+		return nil, out, &toolError{Code: "unauthorized", Message: "the grant's signature chain does not hold: " + chainMessage(err),
 			Fix: "a broken grant authorizes nothing; get a new one"}
 	}
 	for i, b := range tok.Blocks {
 		for _, c := range b.Payload.Caveats {
 			if err := c.Check(); err != nil {
-				return nil, out, &toolError{Code: string(grant.CodeForbidden), Message: fmt.Sprintf("the grant authorizes nothing: block %d: %v", i, err)}
+				return nil, out, &toolError{Code: "forbidden", Message: fmt.Sprintf("the grant authorizes nothing: block %d: %v", i, err)}
 			}
 		}
 	}

@@ -69,15 +69,15 @@ func asExitError(err error) *exitError {
 }
 
 // exitCodeOf returns the exit code for a grant error code (§7).
-func exitCodeOf(c grant.Code) int {
+func exitCodeOf(c string) int {
 	switch c {
-	case grant.CodeUnauthorized:
+	case "unauthorized":
 		return exitUnauthorized
-	case grant.CodeForbidden:
+	case "forbidden":
 		return exitForbidden
-	case grant.CodeConsentRequired:
+	case "consent_required":
 		return exitConsentRequired
-	case grant.CodeInvalidParams:
+	case "invalid_params":
 		return exitUsage
 	}
 	return exitFail
@@ -268,7 +268,7 @@ func explainDecode(tok string, err error) (hint string, better error) {
 		// short by a copy and paste, say so instead.
 		if raw, b64err := base64.RawURLEncoding.DecodeString(body); b64err == nil && len(raw) > 0 && !json.Valid(raw) {
 			return "copy the whole token: it is one line starting with " + grant.TokenPrefix,
-				fmt.Errorf("%w: its JSON ends early or is broken (was the token cut short?)", grant.ErrMalformedToken)
+				errors.New("malformed grant token: its JSON ends early or is broken (was the token cut short?)")
 		}
 	}
 	return "", err

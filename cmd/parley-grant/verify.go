@@ -147,7 +147,7 @@ func runVerify(f *verifyFlags, args []string) error {
 		if !errors.As(verr, &ge) {
 			return fail(verr, "")
 		}
-		v.Code, v.Message, v.Principal = string(ge.Code), ge.Message, ge.Principal
+		v.Code, v.Message, v.Principal = ge.Code, ge.Message, ge.Principal
 		if ge.Need != nil {
 			v.Need = ge.Need
 		}
@@ -186,15 +186,15 @@ func verdictError(v *verdict) error {
 		msg += "; blocked by: " + lens.DescribeCaveat(c)
 	}
 	var hint string
-	switch grant.Code(v.Code) {
-	case grant.CodeUnauthorized:
+	switch v.Code {
+	case "unauthorized":
 		hint = "check the token, the --trust key and --proof-key; inspect shows a grant's issuer and holder"
-	case grant.CodeForbidden:
+	case "forbidden":
 		hint = "this grant does not cover the request; ask for one that does (parley-grant issue)"
-	case grant.CodeConsentRequired:
+	case "consent_required":
 		hint = "the principal must consent to this proposal: parley-grant consent"
 	}
-	return failCode(exitCodeOf(grant.Code(v.Code)), errors.New(msg), hint)
+	return failCode(exitCodeOf(v.Code), errors.New(msg), hint)
 }
 
 // verifyTokens returns the tokens of the arguments, reading them from

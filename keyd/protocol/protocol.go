@@ -58,19 +58,19 @@ const (
 type Code string
 
 const (
-	CodeBadFrame      Code = "bad_frame"                   // not a frame: bad JSON, too large, unknown verb, missing id
-	CodeInvalidParams      = Code(grant.CodeInvalidParams) // a frame whose fields are wrong: unknown caveat, bad key (grant owns the name)
-	CodeUnauthorized  Code = "unauthorized"                // holder proof missing or wrong; caller not allowed to connect
-	CodeForbidden     Code = "forbidden"                   // policy refuses, or this caller's role may not use the verb
-	CodeConflict      Code = "conflict"                    // consent does not match the proposal
-	CodeExpired       Code = "expired"                     // the proposal or consent has expired
-	CodeDenied        Code = "denied"                      // the human denied the request (or chose a wrong code)
-	CodeTimeout       Code = "timeout"                     // nobody approved in time
-	CodeNotFound      Code = "not_found"                   // no such pending request
-	CodeLimit         Code = "limit"                       // rate or pending limit reached; see retry
-	CodeUnavailable   Code = "unavailable"                 // audit log not writable, shutting down
-	CodeInternal      Code = "internal"                    // a bug: the detail is in the audit log
-	CodeLocked        Code = "locked"                      // an approver locked the daemon: every request is refused until unlock
+	CodeBadFrame      Code = "bad_frame"      // not a frame: bad JSON, too large, unknown verb, missing id
+	CodeInvalidParams Code = "invalid_params" // a frame whose fields are wrong: unknown caveat, bad key
+	CodeUnauthorized  Code = "unauthorized"   // holder proof missing or wrong; caller not allowed to connect
+	CodeForbidden     Code = "forbidden"      // policy refuses, or this caller's role may not use the verb
+	CodeConflict      Code = "conflict"       // consent does not match the proposal
+	CodeExpired       Code = "expired"        // the proposal or consent has expired
+	CodeDenied        Code = "denied"         // the human denied the request (or chose a wrong code)
+	CodeTimeout       Code = "timeout"        // nobody approved in time
+	CodeNotFound      Code = "not_found"      // no such pending request
+	CodeLimit         Code = "limit"          // rate or pending limit reached; see retry
+	CodeUnavailable   Code = "unavailable"    // audit log not writable, shutting down
+	CodeInternal      Code = "internal"       // a bug: the detail is in the audit log
+	CodeLocked        Code = "locked"         // an approver locked the daemon: every request is refused until unlock
 )
 
 // Error is a refusal as it crosses the socket: a stable code, one sentence,

@@ -290,7 +290,7 @@ func fromGrantError(err error) *refusal {
 	if !errors.As(err, &ge) {
 		return refuse("internal", "%v", err)
 	}
-	return &refusal{code: string(ge.Code), message: ge.Message, need: ge.Need, principal: ge.Principal}
+	return &refusal{code: ge.Code, message: ge.Message, need: ge.Need, principal: ge.Principal}
 }
 
 func (s *Service) ask(req *request) (*reply, *refusal) {
@@ -408,7 +408,7 @@ func (s *Service) commit(req *request) (*reply, *refusal) {
 	}
 	res, rf := s.authorizeLocked(req, "COMMIT", pr.p.Hash, pr.p.Capability, facts)
 	if rf != nil {
-		if rf.code == string(grant.CodeConsentRequired) {
+		if rf.code == "consent_required" {
 			rf.consent = &grant.ConsentRequest{Proposal: pr.p.ID, Hash: pr.p.Hash, Service: s.cfg.ID,
 				Capability: pr.p.Capability, Principal: rf.principal,
 				Summary: pr.p.Summary, Expires: pr.p.Expires}
