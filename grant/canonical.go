@@ -13,9 +13,9 @@ import (
 	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
-// MaxSafeInt is the largest integer allowed in signed or hashed payloads
+// maxSafeInt is the largest integer allowed in signed or hashed payloads
 // (§10): 2^53−1, the largest integer every JSON implementation keeps exact.
-const MaxSafeInt = jsontext.MaxSafeInt
+const maxSafeInt = jsontext.MaxSafeInt
 
 // maxDepth bounds the nesting of any JSON value this package parses or
 // encodes (jsontext.MaxDepth).
@@ -228,14 +228,14 @@ func refuseFloats(v reflect.Value, depth int) error {
 }
 
 func appendInt(dst []byte, n int64) ([]byte, error) {
-	if n > MaxSafeInt || n < -MaxSafeInt {
+	if n > maxSafeInt || n < -maxSafeInt {
 		return nil, errIntRange
 	}
 	return strconv.AppendInt(dst, n, 10), nil
 }
 
 func appendUint(dst []byte, n uint64) ([]byte, error) {
-	if n > MaxSafeInt {
+	if n > maxSafeInt {
 		return nil, errIntRange
 	}
 	return strconv.AppendUint(dst, n, 10), nil

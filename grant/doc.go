@@ -84,9 +84,7 @@
 //
 // # Proofs and consent
 //
-// MakeProof and VerifyProof implement §6.5 with its ±ProofWindow seconds;
-// ProofMessage gives the bytes a proof signs, for a holder whose key signs
-// outside crypto.Signer, and AutoTarget the target of an auto INTENT.
+// MakeProof and VerifyProof implement §6.5 with its window of ±300 seconds.
 // ParseProposal reads a proposal once, strictly, and computes its hash of
 // §5.1 from that reading (ContentHash); its fields, its hash and its
 // Display all come from that one parse. CheckConsent is the check a consent

@@ -36,13 +36,13 @@ func vectorTokens(f *testing.F) []string {
 // that way) and is also tried as a whole token text.
 func FuzzDecode(f *testing.F) {
 	for _, tok := range vectorTokens(f) {
-		if b, err := b64.DecodeString(tok[len(TokenPrefix):]); err == nil {
+		if b, err := b64.DecodeString(tok[len(tokenPrefix):]); err == nil {
 			f.Add(b)
 		}
 	}
 	f.Add([]byte(body(f, tokenOf(rootPayload("")))))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		checkDecode(t, TokenPrefix+b64.EncodeToString(in))
+		checkDecode(t, tokenPrefix+b64.EncodeToString(in))
 		checkDecode(t, string(in))
 	})
 }

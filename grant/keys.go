@@ -37,13 +37,13 @@ func b64DecodeLen(s string, n int) ([]byte, error) {
 	return b64Decode(s)
 }
 
-// PublicKeyPrefix starts every public key string (§6.1).
-const PublicKeyPrefix = "ed25519:"
+// publicKeyPrefix starts every public key string (§6.1).
+const publicKeyPrefix = "ed25519:"
 
 // FormatPublicKey returns the spec's form of pub: "ed25519:" followed by the
 // b64url of its 32 bytes (§6.1).
 func FormatPublicKey(pub ed25519.PublicKey) string {
-	return PublicKeyPrefix + b64.EncodeToString(pub)
+	return publicKeyPrefix + b64.EncodeToString(pub)
 }
 
 // ParsePublicKey parses a key string of the form FormatPublicKey writes. It
@@ -52,9 +52,9 @@ func FormatPublicKey(pub ed25519.PublicKey) string {
 // each key has one spelling, keys can be compared as strings, and no key
 // that parses is one for which anyone can forge a signature.
 func ParsePublicKey(s string) (ed25519.PublicKey, error) {
-	rest, ok := strings.CutPrefix(s, PublicKeyPrefix)
+	rest, ok := strings.CutPrefix(s, publicKeyPrefix)
 	if !ok {
-		return nil, fmt.Errorf("public key must start with %q", PublicKeyPrefix)
+		return nil, fmt.Errorf("public key must start with %q", publicKeyPrefix)
 	}
 	b, err := b64DecodeLen(rest, ed25519.PublicKeySize)
 	if err != nil {

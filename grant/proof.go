@@ -10,10 +10,10 @@ import (
 	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
-// ProofWindow is the largest difference, in seconds, between a proof's ts
+// proofWindow is the largest difference, in seconds, between a proof's ts
 // and the verifier's clock (§6.5). It bounds how long a captured proof can
 // be replayed.
-const ProofWindow = 300
+const proofWindow = 300
 
 // Proof is a proof of possession of a grant's holder key (§6.5). Its target
 // depends on the request:
@@ -22,7 +22,7 @@ const ProofWindow = 300
 //	COMMIT          the proposal hash
 //	UNDO            the receipt id
 //	ASK, INTENT     the capability name
-//	INTENT + auto   AutoTarget(capability, frame id)
+//	INTENT + auto   "auto:" + capability + ":" + frame id (§4.3.1)
 //	EXPAND          the handle
 type Proof struct {
 	Key string `json:"key"`
@@ -30,17 +30,11 @@ type Proof struct {
 	Sig string `json:"sig"`
 }
 
-// AutoTarget returns the proof target of an auto INTENT (§4.3.1, §6.5):
-// "auto:{capability}:{frame id}".
-func AutoTarget(capability, frameID string) string {
-	return "auto:" + capability + ":" + frameID
-}
-
-// ProofMessage returns the bytes a proof signs (§6.5):
+// proofMessage returns the bytes a proof signs (§6.5):
 // utf8(canonical({"aud": aud, "verb": verb, "target": target, "ts": ts})).
 // Invalid UTF-8 in the strings is replaced by U+FFFD; VerifyProof refuses
 // such strings outright.
-func ProofMessage(aud, verb, target string, ts int64) []byte {
+func proofMessage(aud, verb, target string, ts int64) []byte {
 	b := make([]byte, 0, 48+len(aud)+len(verb)+len(target))
 	b = append(b, `{"aud":`...)
 	b = jsontext.AppendString(b, validUTF8(aud))
@@ -67,10 +61,10 @@ func MakeProof(holder crypto.Signer, aud, verb, target string, ts int64) (Proof,
 	if err != nil {
 		return Proof{}, fmt.Errorf("proof: %w", err)
 	}
-	if ts > MaxSafeInt || ts < -MaxSafeInt {
+	if ts > maxSafeInt || ts < -maxSafeInt {
 		return Proof{}, fmt.Errorf("proof: ts: %w", errIntRange)
 	}
-	sig, err := signHolder(holder, ProofMessage(aud, verb, target, ts))
+	sig, err := signHolder(holder, proofMessage(aud, verb, target, ts))
 	if err != nil {
 		return Proof{}, fmt.Errorf("proof: %w", err)
 	}
@@ -78,17 +72,17 @@ func MakeProof(holder crypto.Signer, aud, verb, target string, ts int64) (Proof,
 }
 
 // VerifyProof checks that p signs the request (aud, verb, target) with its
-// key and that |now − ts| ≤ ProofWindow (§6.5). The caller then passes
+// key and that |now − ts| ≤ proofWindow (§6.5). The caller then passes
 // p.Key to Verify as Context.ProofKey. Errors are *Error with
 // codeUnauthorized.
 func VerifyProof(p Proof, aud, verb, target string, now int64) error {
 	fail := func(msg string) error { return newError(codeUnauthorized, "proof: "+msg) }
 	// Check the window without overflow: ts is attacker-chosen.
 	if p.Ts > now {
-		if uint64(p.Ts)-uint64(now) > ProofWindow {
+		if uint64(p.Ts)-uint64(now) > proofWindow {
 			return fail("ts is too far in the future")
 		}
-	} else if uint64(now)-uint64(p.Ts) > ProofWindow {
+	} else if uint64(now)-uint64(p.Ts) > proofWindow {
 		return fail("ts is too old")
 	}
 	if !utf8.ValidString(aud) || !utf8.ValidString(verb) || !utf8.ValidString(target) {
@@ -102,7 +96,7 @@ func VerifyProof(p Proof, aud, verb, target string, now int64) error {
 	if err != nil {
 		return fail("signature: " + err.Error())
 	}
-	if !ed25519.Verify(key, ProofMessage(aud, verb, target, p.Ts), sig) {
+	if !ed25519.Verify(key, proofMessage(aud, verb, target, p.Ts), sig) {
 		return fail("bad signature")
 	}
 	return nil

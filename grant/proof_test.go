@@ -6,10 +6,10 @@ import (
 )
 
 func TestProofMessage(t *testing.T) {
-	got := string(ProofMessage("cal.example.com", "COMMIT", "a\"<b>\u2028", 1790000000))
+	got := string(proofMessage("cal.example.com", "COMMIT", "a\"<b>\u2028", 1790000000))
 	want := "{\"aud\":\"cal.example.com\",\"target\":\"a\\\"<b>\u2028\",\"ts\":1790000000,\"verb\":\"COMMIT\"}"
 	if got != want {
-		t.Errorf("ProofMessage\n got %s\nwant %s", got, want)
+		t.Errorf("proofMessage\n got %s\nwant %s", got, want)
 	}
 	// It is exactly canonical({"aud","verb","target","ts"}) (§6.5, §10).
 	c, err := canonical(map[string]any{"aud": "cal.example.com", "verb": "COMMIT", "target": "a\"<b>\u2028", "ts": 1790000000})
@@ -18,9 +18,15 @@ func TestProofMessage(t *testing.T) {
 	}
 }
 
+// autoTarget returns the proof target of an auto INTENT (§4.3.1, §6.5):
+// "auto:{capability}:{frame id}".
+func autoTarget(capability, frameID string) string {
+	return "auto:" + capability + ":" + frameID
+}
+
 func TestAutoTarget(t *testing.T) {
-	if got := AutoTarget("calendar.reschedule", "f-91"); got != "auto:calendar.reschedule:f-91" {
-		t.Errorf("AutoTarget = %q", got)
+	if got := autoTarget("calendar.reschedule", "f-91"); got != "auto:calendar.reschedule:f-91" {
+		t.Errorf("autoTarget = %q", got)
 	}
 }
 
@@ -34,7 +40,7 @@ func TestVerifyProof(t *testing.T) {
 		{"undo/receipt-id", "UNDO", "r_91"},
 		{"ask/capability", "ASK", "shop.search"},
 		{"intent/capability", "INTENT", "shop.order"},
-		{"intent-auto/frame", "INTENT", AutoTarget("shop.order", "7f3a9c0d1e2b4a56")},
+		{"intent-auto/frame", "INTENT", autoTarget("shop.order", "7f3a9c0d1e2b4a56")},
 		{"expand/handle", "EXPAND", "h_3kd"},
 	}
 	for _, k := range kinds {

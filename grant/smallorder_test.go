@@ -16,17 +16,17 @@ import (
 // by everyone who sees it.
 
 // forgeProof makes, with no private key, a proof by key for (aud, verb,
-// target) at some ts within ProofWindow of now. It reports false when no ts
+// target) at some ts within proofWindow of now. It reports false when no ts
 // in the window gives a hash that kills the key: for a key of full order,
 // that never happens.
 func forgeProof(key ed25519.PublicKey, aud, verb, target string, now int64) (Proof, bool) {
-	i, ok := testkeys.Forge(key, 2*ProofWindow+1, func(i int) []byte {
-		return ProofMessage(aud, verb, target, now-ProofWindow+int64(i))
+	i, ok := testkeys.Forge(key, 2*proofWindow+1, func(i int) []byte {
+		return proofMessage(aud, verb, target, now-proofWindow+int64(i))
 	})
 	if !ok {
 		return Proof{}, false
 	}
-	return Proof{Key: FormatPublicKey(key), Ts: now - ProofWindow + int64(i), Sig: b64.EncodeToString(testkeys.ForgedSig())}, true
+	return Proof{Key: FormatPublicKey(key), Ts: now - proofWindow + int64(i), Sig: b64.EncodeToString(testkeys.ForgedSig())}, true
 }
 
 func TestSmallOrderTableIsSmallOrder(t *testing.T) {
@@ -244,7 +244,7 @@ func BenchmarkCheckPublicKey(b *testing.B) {
 	b.Run("floor/b64url", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := b64DecodeLen(text[len(PublicKeyPrefix):], ed25519.PublicKeySize); err != nil {
+			if _, err := b64DecodeLen(text[len(publicKeyPrefix):], ed25519.PublicKeySize); err != nil {
 				b.Fatal(err)
 			}
 		}

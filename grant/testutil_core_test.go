@@ -63,13 +63,13 @@ func forgeBlock(t testing.TB, signer ed25519.PrivateKey, p Payload, root bool) B
 
 // encodeBody returns a token whose body is the given JSON text as is.
 func encodeBody(body string) string {
-	return TokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(body))
+	return tokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(body))
 }
 
 // body returns the JSON text inside an encoded token.
 func body(t testing.TB, tok string) string {
 	t.Helper()
-	b, err := base64.RawURLEncoding.DecodeString(tok[len(TokenPrefix):])
+	b, err := base64.RawURLEncoding.DecodeString(tok[len(tokenPrefix):])
 	if err != nil {
 		t.Fatal(err)
 	}

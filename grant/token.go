@@ -37,8 +37,8 @@ const (
 	maxListLen = 64
 )
 
-// TokenPrefix starts every encoded grant (§6.2).
-const TokenPrefix = "pg1."
+// tokenPrefix starts every encoded grant (§6.2).
+const tokenPrefix = "pg1."
 
 // Payload is the signed part of a block (§6.2). A root block has Iss and
 // Nonce and no Prev; a delegation block has Prev and neither Iss nor Nonce.
@@ -139,7 +139,7 @@ func (t *Token) Encode() string {
 		b = append(b, `"}`...)
 	}
 	b = append(b, ']')
-	return TokenPrefix + b64.EncodeToString(b)
+	return tokenPrefix + b64.EncodeToString(b)
 }
 
 func malformed(format string, args ...any) error {
@@ -165,9 +165,9 @@ func Decode(s string) (*Token, error) {
 	if len(s) > MaxTokenLen {
 		return nil, malformed("longer than %d bytes", MaxTokenLen)
 	}
-	body, ok := strings.CutPrefix(s, TokenPrefix)
+	body, ok := strings.CutPrefix(s, tokenPrefix)
 	if !ok {
-		return nil, malformed("no %q prefix", TokenPrefix)
+		return nil, malformed("no %q prefix", tokenPrefix)
 	}
 	raw, err := b64Decode(body)
 	if err != nil {

@@ -130,7 +130,7 @@ func checkContext(ctx *Context) error {
 		if _, ok := riskRank(p.Risk); !ok {
 			return bad(fmt.Sprintf("proposal risk %q is not low, medium or high", p.Risk))
 		}
-		if p.Cost != nil && (p.Cost.Amount < 0 || p.Cost.Amount > MaxSafeInt) {
+		if p.Cost != nil && (p.Cost.Amount < 0 || p.Cost.Amount > maxSafeInt) {
 			return bad("proposal cost out of range")
 		}
 	}

@@ -19,9 +19,9 @@ import (
 // inside the proof window until the keyless signature verifies.
 func forgeDaemonProof(t *testing.T, key ed25519.PublicKey, principal, verb, target string) string {
 	t.Helper()
-	now := time.Now().Unix() - grant.ProofWindow/2
-	i, ok := testkeys.Forge(key, grant.ProofWindow, func(i int) []byte {
-		return grant.ProofMessage(principal, verb, target, now+int64(i))
+	now := time.Now().Unix() - proofWindow/2
+	i, ok := testkeys.Forge(key, proofWindow, func(i int) []byte {
+		return proofMessage(principal, verb, target, now+int64(i))
 	})
 	if !ok {
 		t.Fatal("no keyless proof in the window")
@@ -95,11 +95,26 @@ func TestKeylessGrantRefused(t *testing.T) {
 }
 
 func forgeServiceProof(key ed25519.PublicKey, aud, verb, target string) (grant.Proof, bool) {
-	now := time.Now().Unix() - grant.ProofWindow/2
-	i, ok := testkeys.Forge(key, grant.ProofWindow, func(i int) []byte {
-		return grant.ProofMessage(aud, verb, target, now+int64(i))
+	now := time.Now().Unix() - proofWindow/2
+	i, ok := testkeys.Forge(key, proofWindow, func(i int) []byte {
+		return proofMessage(aud, verb, target, now+int64(i))
 	})
 	return grant.Proof{Key: grant.FormatPublicKey(key), Ts: now + int64(i), Sig: b64url(testkeys.ForgedSig())}, ok
+}
+
+// proofWindow is §6.5's bound, in seconds, on a proof's age.
+const proofWindow = 300
+
+// proofMessage returns the bytes a proof signs (§6.5):
+// canonical({"aud", "target", "ts", "verb"}). encoding/json sorts a map's
+// keys, and the strings of these tests need no escape that §10 writes
+// otherwise.
+func proofMessage(aud, verb, target string, ts int64) []byte {
+	b, err := json.Marshal(map[string]any{"aud": aud, "verb": verb, "target": target, "ts": ts})
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 func b64url(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }

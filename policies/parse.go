@@ -368,7 +368,7 @@ func checkVerb(s string) error {
 // particular no small-order key, whose grants anyone could use (issue 10
 // item 1).
 func checkKey(s string) error {
-	if !strings.HasPrefix(s, grant.PublicKeyPrefix) {
+	if !strings.HasPrefix(s, "ed25519:") {
 		return fmt.Errorf("%q must start with \"ed25519:\"", s)
 	}
 	if _, err := grant.ParsePublicKey(s); err != nil {

@@ -192,6 +192,9 @@ const (
 	maxTokenInput = grant.MaxTokenLen + 4096
 )
 
+// tokenPrefix starts every grant token (§6.2).
+const tokenPrefix = "pg1."
+
 // tokenMax says how long a token may be, for messages.
 var tokenMax = "a grant token is at most " + sizeWords(grant.MaxTokenLen)
 
@@ -257,17 +260,17 @@ func decodeToken(tok string) (*grant.Token, error) {
 // explainDecode returns a hint and an error for tok that is clearer than
 // err, the error grant.Decode returned for it, where one can be given.
 func explainDecode(tok string, err error) (hint string, better error) {
-	body, hasPrefix := strings.CutPrefix(tok, grant.TokenPrefix)
+	body, hasPrefix := strings.CutPrefix(tok, tokenPrefix)
 	switch {
 	case tok == "":
 		return "", errors.New("empty grant token")
 	case !hasPrefix:
-		return "a grant token starts with " + grant.TokenPrefix, err
+		return "a grant token starts with " + tokenPrefix, err
 	case len(tok) <= grant.MaxTokenLen:
 		// Decode names the first thing it cannot read; for a token cut
 		// short by a copy and paste, say so instead.
 		if raw, b64err := base64.RawURLEncoding.DecodeString(body); b64err == nil && len(raw) > 0 && !json.Valid(raw) {
-			return "copy the whole token: it is one line starting with " + grant.TokenPrefix,
+			return "copy the whole token: it is one line starting with " + tokenPrefix,
 				errors.New("malformed grant token: its JSON ends early or is broken (was the token cut short?)")
 		}
 	}

@@ -294,7 +294,7 @@ func parseSpent(vals []string) (map[string]int64, error) {
 		var n int64
 		if isDigits(amount) {
 			var err error
-			if n, err = strconv.ParseInt(amount, 10, 64); err != nil || n > grant.MaxSafeInt {
+			if n, err = strconv.ParseInt(amount, 10, 64); err != nil || n > 1<<53-1 { // §10: an integer every JSON reader keeps exact
 				return nil, usagef("", "--spent %q: amount out of range", v)
 			}
 		} else {

@@ -40,7 +40,7 @@ func weakKeyTexts() []testkeys.Key {
 }
 
 func weakText(k testkeys.Key) string {
-	return grant.PublicKeyPrefix + base64.RawURLEncoding.EncodeToString(k.Key)
+	return "ed25519:" + base64.RawURLEncoding.EncodeToString(k.Key)
 }
 
 // TestPreviousRefusesWeakKeys: principal.previous lists the keys services
@@ -48,7 +48,7 @@ func weakText(k testkeys.Key) string {
 // order, a second spelling of a key or a key of the wrong length in it is
 // refused, not trusted (DESIGN.md property 10).
 func TestPreviousRefusesWeakKeys(t *testing.T) {
-	texts := map[string]string{"short": grant.PublicKeyPrefix + "AAAA", "long": weakText(testkeys.Key{Key: make([]byte, 33)})}
+	texts := map[string]string{"short": "ed25519:" + "AAAA", "long": weakText(testkeys.Key{Key: make([]byte, 33)})}
 	for _, k := range weakKeyTexts() {
 		texts[k.Name] = weakText(k)
 	}

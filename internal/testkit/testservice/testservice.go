@@ -324,7 +324,7 @@ func (s *Service) intent(req *request) (*reply, *refusal) {
 		return nil, refuse("unknown_capability", "no intent capability %q", req.Capability)
 	}
 	var ip intentParams
-	if err := json.Unmarshal(req.Params, &ip); err != nil || ip.Price < 0 || ip.Price > grant.MaxSafeInt || ip.Currency == "" {
+	if err := json.Unmarshal(req.Params, &ip); err != nil || ip.Price < 0 || ip.Price > 1<<53-1 || ip.Currency == "" {
 		return nil, refuse("invalid_params", "params need price (int, minor units, not negative) and currency")
 	}
 	s.mu.Lock()
