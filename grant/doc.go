@@ -102,8 +102,8 @@
 // (kinds, values, repeats, verbs, patterns, times, money) and returns a
 // Request, the one shape of a request and of a policy's decision, whose
 // Caveats method gives the caveats back; its errors are one sentence for the
-// requester. ParleyVerbs and GrantVerbs list the verbs of §4 and those that
-// carry grants; ValidPattern checks a can pattern. Token.Allowance says what
+// requester. ParleyVerbs lists the verbs of §4, HELLO first and then those
+// that carry grants; ValidPattern checks a can pattern. Token.Allowance says what
 // a chain already allows and Allowance.Narrowing whether a new caveat would
 // narrow it.
 //

@@ -21,13 +21,10 @@ const (
 var parleyVerbs = [...]string{verbHello, verbAsk, verbIntent, verbCommit, verbUndo, verbExpand}
 
 // ParleyVerbs returns the six verbs of §4 in the spec's order: the names a
-// verbs caveat may list.
+// verbs caveat may list. HELLO comes first; the five after it are the verbs
+// whose requests carry grants and proofs (§3, §6.5), so a verbs caveat that
+// lists only HELLO authorizes nothing.
 func ParleyVerbs() []string { return slices.Clone(parleyVerbs[:]) }
-
-// GrantVerbs returns the verbs whose requests carry grants and proofs (§3,
-// §6.5): every Parley verb but HELLO, in the spec's order. A verbs caveat
-// that lists only HELLO authorizes nothing.
-func GrantVerbs() []string { return slices.Clone(parleyVerbs[1:]) }
 
 // isParleyVerb reports whether v is a verb of §4, exactly as the spec
 // writes it: verbs are upper case.

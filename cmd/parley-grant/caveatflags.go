@@ -254,10 +254,10 @@ func parseVerbs(vals []string) ([]string, error) {
 }
 
 // parseVerb returns v in upper case when it is a verb that carries grants
-// (grant.GrantVerbs: §3, §4).
+// (grantVerbs: §3, §4).
 func parseVerb(v string) (string, error) {
 	u := strings.ToUpper(strings.TrimSpace(v))
-	verbs := grant.GrantVerbs()
+	verbs := grantVerbs()
 	if slices.Contains(verbs, u) {
 		return u, nil
 	}

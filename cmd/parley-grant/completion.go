@@ -26,9 +26,13 @@ func completeRisk(cmd *cobra.Command, args []string, toComplete string) ([]strin
 	return riskLevels, cobra.ShellCompDirectiveNoFileComp
 }
 
+// grantVerbs returns the verbs whose requests carry grants and proofs (§3,
+// §6.5): every Parley verb but HELLO, which grant.ParleyVerbs lists first.
+func grantVerbs() []string { return grant.ParleyVerbs()[1:] }
+
 // completeVerb offers the verbs a request with grants can have.
 func completeVerb(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-	return grant.GrantVerbs(), cobra.ShellCompDirectiveNoFileComp
+	return grantVerbs(), cobra.ShellCompDirectiveNoFileComp
 }
 
 // completeVerbs offers the next verb of a comma-separated --verbs list:
@@ -45,7 +49,7 @@ func completeVerbs(cmd *cobra.Command, args []string, toComplete string) ([]stri
 	}
 	lower := last != "" && last == strings.ToLower(last)
 	var out []string
-	for _, v := range grant.GrantVerbs() {
+	for _, v := range grantVerbs() {
 		if used[v] || !strings.HasPrefix(v, strings.ToUpper(last)) {
 			continue
 		}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/parley-keyd/parley-keyd/internal/testkit/clidocstest"
 )
 
@@ -36,7 +35,7 @@ func TestCompletionValues(t *testing.T) {
 	}{
 		{"ok/risk", nil, []string{"issue", "--risk", ""}, riskLevels},
 		{"ok/risk-prefix", nil, []string{"explain", "--risk", "m"}, []string{"medium"}},
-		{"ok/verb", nil, []string{"proof", "--verb", ""}, grant.GrantVerbs()},
+		{"ok/verb", nil, []string{"proof", "--verb", ""}, grantVerbs()},
 		{"ok/verbs-next", nil, []string{"attenuate", "-", "--verbs", "ASK,"}, []string{"ASK,INTENT", "ASK,COMMIT", "ASK,UNDO", "ASK,EXPAND"}},
 		{"ok/verbs-lower", nil, []string{"issue", "--verbs", "ask,in"}, []string{"ask,intent"}},
 		{"ok/approve-id", daemon, []string{"approve", ""}, []string{id}},
