@@ -23,7 +23,7 @@ func BenchmarkVerifyCompare(b *testing.B) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			warm, miss := v.ctx, v.ctx
-			warm.Cache, miss.Cache = NewBlockCache(0), NewBlockCache(n)
+			warm.Cache, miss.Cache = newBlockCache(0), newBlockCache(n)
 			if _, err := Verify(v.tokens, v.trusted, warm); err != nil {
 				b.Fatal(err)
 			}

@@ -216,7 +216,7 @@ func BenchmarkVerifyCache(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("miss/blocks=%d", n), func(b *testing.B) {
 			ctx := v.ctx
-			ctx.Cache = NewBlockCache(n)
+			ctx.Cache = newBlockCache(n)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -228,7 +228,7 @@ func BenchmarkVerifyCache(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("warm/blocks=%d", n), func(b *testing.B) {
 			ctx := v.ctx
-			ctx.Cache = NewBlockCache(0)
+			ctx.Cache = newBlockCache(0)
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := Verify(v.tokens, v.trusted, ctx); err != nil {

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 )
 
-// defaultBlockCacheSize is the number of verified blocks a BlockCache holds
-// when NewBlockCache is given no size: at about 100 bytes an entry, 400 KiB.
+// defaultBlockCacheSize is the number of verified blocks a BlockCache holds:
+// at about 100 bytes an entry, 400 KiB.
 const defaultBlockCacheSize = 4096
 
 // blockCacheShards splits a BlockCache so that services verifying on many
@@ -19,7 +19,9 @@ const blockCacheShards = 16
 // service that sees the same grant on every request of an agent pays the
 // Ed25519 verification of each block once, not on every call. It is
 // optional (Context.Cache; nil means none), safe for concurrent use, and
-// may be shared by any number of verifiers, whatever keys each trusts.
+// may be shared by any number of verifiers, whatever keys each trusts. The
+// zero value is an empty cache, ready for use; it must not be copied once
+// used.
 //
 // # What a hit means
 //
@@ -46,7 +48,7 @@ const blockCacheShards = 16
 //
 // # Bound and eviction
 //
-// A BlockCache holds at most the size given to NewBlockCache. When a shard is
+// A BlockCache holds at most 4096 blocks (about 400 KiB). When a shard is
 // full, a new entry replaces one chosen by the CLOCK rule: entries hit since
 // the hand last passed them get a second chance, the first one not hit is
 // replaced. A holder of any valid grant can make any number of distinct valid
@@ -56,6 +58,7 @@ const blockCacheShards = 16
 // flood can do is cost other agents one Ed25519 verification per block
 // again, which is the price without a cache.
 type BlockCache struct {
+	once   sync.Once
 	shards []blockCacheShard
 }
 
@@ -75,14 +78,22 @@ type blockCacheSlot struct {
 	ref atomic.Bool
 }
 
-// NewBlockCache returns a cache of at most size verified blocks; size < 1
-// means 4096 (about 400 KiB).
-func NewBlockCache(size int) *BlockCache {
+// newBlockCache returns a cache of at most size verified blocks; size < 1
+// means defaultBlockCacheSize.
+func newBlockCache(size int) *BlockCache {
+	c := &BlockCache{}
+	c.once.Do(func() { c.makeShards(size) })
+	return c
+}
+
+// makeShards gives c room for size blocks; size < 1 means
+// defaultBlockCacheSize.
+func (c *BlockCache) makeShards(size int) {
 	if size < 1 {
 		size = defaultBlockCacheSize
 	}
 	n := min(size, blockCacheShards)
-	c := &BlockCache{shards: make([]blockCacheShard, n)}
+	c.shards = make([]blockCacheShard, n)
 	for i := range c.shards {
 		// Spread size over the shards so that their capacities add up
 		// to exactly size.
@@ -92,11 +103,16 @@ func NewBlockCache(size int) *BlockCache {
 		}
 		c.shards[i] = blockCacheShard{index: make(map[blockCacheKey]int, capacity), slots: make([]blockCacheSlot, capacity)}
 	}
-	return c
+}
+
+// ready makes the shards of a zero BlockCache on its first use.
+func (c *BlockCache) ready() {
+	c.once.Do(func() { c.makeShards(defaultBlockCacheSize) })
 }
 
 // len returns the number of blocks the cache holds.
 func (c *BlockCache) len() int {
+	c.ready()
 	n := 0
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -178,6 +194,7 @@ func (c *BlockCache) verifySignature(pub ed25519.PublicKey, msg, sig []byte) boo
 	if c == nil {
 		return ed25519.Verify(pub, msg, sig)
 	}
+	c.ready()
 	k := c.key(pub, msg, sig)
 	if c.has(&k) {
 		return true

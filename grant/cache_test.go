@@ -80,7 +80,7 @@ func TestBlockCacheForgery(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cache := NewBlockCache(16)
+			cache := newBlockCache(16)
 			ok := ask
 			ok.ProofKey, ok.Cache = tc.genuine.Holder(), cache
 			if _, err := Verify([]string{tc.genuine.Encode()}, trusted, ok); err != nil {
@@ -110,7 +110,7 @@ func TestBlockCacheForgery(t *testing.T) {
 func TestBlockCacheKey(t *testing.T) {
 	msg := []byte(`{"caveats":[],"iat":1,"prev":"x","sub":"y"}`)
 	sig := ed25519.Sign(keyAgent, msg)
-	c := NewBlockCache(8)
+	c := newBlockCache(8)
 	if !c.verifySignature(pub(keyAgent), msg, sig) {
 		t.Fatal("a valid signature was refused")
 	}
@@ -154,7 +154,7 @@ func TestBlockCacheStillChecksEverything(t *testing.T) {
 	chain := delegate(t, root, keyAgent, keySub, Verbs("ASK"), Exp(testNow+30))
 	tok := []string{chain.Encode()}
 	sub := pubText(keySub)
-	cache := NewBlockCache(0)
+	cache := newBlockCache(0)
 	ask := Context{Service: "shop.example", Verb: "ASK", Capability: "shop.search", Now: testNow, ProofKey: sub, Cache: cache}
 	if _, err := Verify(tok, []string{principalPub}, ask); err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestBlockCacheStillChecksEverything(t *testing.T) {
 // other agents' grants.
 func TestBlockCacheFloodStaysBounded(t *testing.T) {
 	const size = 64
-	cache := NewBlockCache(size)
+	cache := newBlockCache(size)
 	root := issue(t, Svc("shop.example"), Can("shop.*"), Exp(testNow+3600))
 	hot := issue(t, Svc("shop.example"), Can("shop.search"), Exp(testNow+3600))
 	hotTok := []string{hot.Encode()}
@@ -236,7 +236,7 @@ func TestBlockCacheFloodStaysBounded(t *testing.T) {
 // the size asked for.
 func TestNewBlockCacheSize(t *testing.T) {
 	for _, size := range []int{-1, 0, 1, 5, 15, 16, 17, 100, 4096} {
-		c := NewBlockCache(size)
+		c := newBlockCache(size)
 		want := size
 		if size < 1 {
 			want = defaultBlockCacheSize
@@ -251,6 +251,28 @@ func TestNewBlockCacheSize(t *testing.T) {
 		if total != want {
 			t.Errorf("size %d: capacity %d, want %d", size, total, want)
 		}
+	}
+}
+
+// TestBlockCacheZeroValue checks that a BlockCache made with new, as a
+// service makes one, remembers what Verify checked and holds at most 4096
+// blocks.
+func TestBlockCacheZeroValue(t *testing.T) {
+	tok := []string{delegate(t, issue(t, Svc("shop.example")), keyAgent, keySub).Encode()}
+	cache := new(BlockCache)
+	ctx := Context{Service: "shop.example", Verb: "ASK", Capability: "shop.search", Now: testNow, ProofKey: pubText(keySub), Cache: cache}
+	if _, err := Verify(tok, []string{principalPub}, ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cache.len() != 2 {
+		t.Errorf("cache holds %d blocks, want 2", cache.len())
+	}
+	total := 0
+	for i := range cache.shards {
+		total += len(cache.shards[i].slots)
+	}
+	if total != defaultBlockCacheSize {
+		t.Errorf("capacity %d, want %d", total, defaultBlockCacheSize)
 	}
 }
 
@@ -284,7 +306,7 @@ func TestBlockCacheConcurrent(t *testing.T) {
 			want[[2]int{i, j}] = answer{res, err}
 		}
 	}
-	cache := NewBlockCache(5)
+	cache := newBlockCache(5)
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for g := range 8 {
@@ -316,7 +338,7 @@ func TestBlockCacheConcurrent(t *testing.T) {
 
 // fuzzCache is shared by every run of FuzzVerifyCache, so that one input can
 // meet the signatures an earlier one left in it.
-var fuzzCache = NewBlockCache(256)
+var fuzzCache = newBlockCache(256)
 
 // FuzzVerifyCache checks that a cache never changes what Verify answers:
 // the same token and request give the same result with a cache that may
