@@ -5,12 +5,12 @@ import (
 	"strings"
 )
 
-// Allowance is what the caveats of a chain allow together. A request
+// allowance is what the caveats of a chain allow together. A request
 // passes a chain only when every caveat of every block holds (§6.3), so
 // the lists intersect and the limits take their tightest value. Caveats
 // that are unknown or malformed allow nothing at all (they are never
-// satisfied); Allowance leaves them out, so check them with Caveat.Check.
-type Allowance struct {
+// satisfied); allowance leaves them out.
+type allowance struct {
 	// Svc and Verbs are the services and verbs that every svc (verbs)
 	// caveat lists, in the order of the first; nil when no block has one.
 	Svc, Verbs []string
@@ -29,10 +29,9 @@ type Allowance struct {
 	Only []string
 }
 
-// Allowance returns what the caveats of t allow together. It checks no
-// signature: call CheckChain for that.
-func (t *Token) Allowance() Allowance {
-	var a Allowance
+// allowance returns what the caveats of t allow together.
+func (t *Token) allowance() allowance {
+	var a allowance
 	var svc, verbs [][]string
 	for i := range t.Blocks {
 		for _, c := range t.Blocks[i].Payload.Caveats {
@@ -108,7 +107,7 @@ func intersect(lists [][]string) []string {
 }
 
 // Narrowing says what a caveat added to a chain would change (see
-// Allowance.Narrowing).
+// Token.Narrowing).
 type Narrowing struct {
 	// Narrows reports whether the chain would allow less with the caveat.
 	Narrows bool
@@ -126,12 +125,17 @@ type Narrowing struct {
 	Excludes bool
 }
 
-// Narrowing returns what adding c to a chain that allows a would change at
-// now (§6.3): whether it narrows anything, the svc or verbs entries it
-// names that the chain does not allow anyway, and which restriction of the
-// chain already covers it when it narrows nothing. A caveat that is
-// unknown or malformed narrows everything: it is never satisfied.
-func (a Allowance) Narrowing(c Caveat, now int64) Narrowing {
+// Narrowing returns what adding c to t would change at now (§6.3): whether
+// it narrows anything, the svc or verbs entries it names that t does not
+// allow anyway, and which restriction of t already covers it when it
+// narrows nothing. A caveat that is unknown or malformed narrows
+// everything: it is never satisfied. Caveats of t that are unknown or
+// malformed are left out: they allow nothing, which Caveat.Check tells.
+// It checks no signature: call CheckChain for that.
+func (t *Token) Narrowing(c Caveat, now int64) Narrowing { return t.allowance().narrowing(c, now) }
+
+// narrowing is Narrowing for a chain that allows a.
+func (a allowance) narrowing(c Caveat, now int64) Narrowing {
 	n := Narrowing{Narrows: true}
 	if c.Check() != nil {
 		return n

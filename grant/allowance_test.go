@@ -15,8 +15,8 @@ func TestAllowance(t *testing.T) {
 	// A caveat this package does not know allows nothing, and adds no
 	// limit Allowance could state.
 	tok.Blocks[1].Payload.Caveats = append(tok.Blocks[1].Payload.Caveats, Caveat{Name: "future", Value: json.RawMessage("1")})
-	a := tok.Allowance()
-	want := Allowance{
+	a := tok.allowance()
+	want := allowance{
 		Svc: []string{"b.example", "c.example"}, Verbs: []string{"ASK", "COMMIT"},
 		Can: [][]string{{"shop.*"}, {"shop.order", "shop.search"}},
 		Exp: testNow + 600, HasExp: true, Nbf: testNow - 10, HasNbf: true,
@@ -25,12 +25,12 @@ func TestAllowance(t *testing.T) {
 	if diff := cmp.Diff(want, a); diff != "" {
 		t.Errorf("Allowance (-want +got):\n%s", diff)
 	}
-	if a := issue(t).Allowance(); a.Svc != nil || a.Verbs != nil || a.HasExp || a.Risk != "" {
+	if a := issue(t).allowance(); a.Svc != nil || a.Verbs != nil || a.HasExp || a.Risk != "" {
 		t.Errorf("Allowance of an open grant = %+v", a)
 	}
 	// Lists with nothing in common allow nothing: an empty, not a nil,
 	// list.
-	if a := delegate(t, issue(t, Svc("a")), keyAgent, keySub, Svc("b")).Allowance(); a.Svc == nil || len(a.Svc) != 0 {
+	if a := delegate(t, issue(t, Svc("a")), keyAgent, keySub, Svc("b")).allowance(); a.Svc == nil || len(a.Svc) != 0 {
 		t.Errorf("disjoint svc lists: %#v", a.Svc)
 	}
 
@@ -66,7 +66,7 @@ func TestAllowance(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			n := a.Narrowing(tt.c, testNow)
+			n := a.narrowing(tt.c, testNow)
 			by := ""
 			if n.By.Name != "" {
 				by = n.By.String()
@@ -77,7 +77,7 @@ func TestAllowance(t *testing.T) {
 		})
 	}
 	// An nbf in the past narrows nothing, with no caveat to blame.
-	if n := issue(t).Allowance().Narrowing(Nbf(testNow-1), testNow); n.Narrows || n.By.Name != "" {
+	if n := issue(t).allowance().narrowing(Nbf(testNow-1), testNow); n.Narrows || n.By.Name != "" {
 		t.Errorf("past nbf: %+v", n)
 	}
 }

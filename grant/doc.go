@@ -103,9 +103,8 @@
 // Request, the one shape of a request and of a policy's decision, whose
 // Caveats method gives the caveats back; its errors are one sentence for the
 // requester. ParleyVerbs lists the verbs of §4, HELLO first and then those
-// that carry grants; ValidPattern checks a can pattern. Token.Allowance says what
-// a chain already allows and Allowance.Narrowing whether a new caveat would
-// narrow it.
+// that carry grants; ValidPattern checks a can pattern. Token.Narrowing says whether
+// a new caveat would narrow what a chain already allows.
 //
 // # Errors
 //

@@ -120,13 +120,12 @@ func narrowWarnings(t *grant.Token, cavs []grant.Caveat, now int64, style argSty
 }
 
 // narrowNotes words, for the command line and the MCP binding, what grant
-// says about each new caveat (Token.Allowance, Allowance.Narrowing): what a
-// caveat means is grant's to say.
+// says about each new caveat (Token.Narrowing): what a caveat means is
+// grant's to say.
 func narrowNotes(t *grant.Token, cavs []grant.Caveat, now int64) []argText {
-	a := t.Allowance()
 	var notes []argText
 	for _, c := range cavs {
-		n := a.Narrowing(c, now)
+		n := t.Narrowing(c, now)
 		switch c.Name {
 		case "svc", "verbs":
 			what := "service"
@@ -149,14 +148,16 @@ func narrowNotes(t *grant.Token, cavs []grant.Caveat, now int64) []argText {
 		case "exp":
 			if !n.Narrows {
 				v, _ := c.Int()
-				notes = append(notes, argf("%s %s narrows nothing: the grant already expires at %s", argName("exp"), timeWords(v), timeWords(a.Exp)))
+				exp, _ := n.By.Int()
+				notes = append(notes, argf("%s %s narrows nothing: the grant already expires at %s", argName("exp"), timeWords(v), timeWords(exp)))
 			}
 		case "nbf":
 			v, _ := c.Int()
 			switch {
 			case n.Narrows:
 			case n.By.Name == "nbf":
-				notes = append(notes, argf("%s %s narrows nothing: the grant is already not valid before %s", argName("nbf"), timeWords(v), timeWords(a.Nbf)))
+				nbf, _ := n.By.Int()
+				notes = append(notes, argf("%s %s narrows nothing: the grant is already not valid before %s", argName("nbf"), timeWords(v), timeWords(nbf)))
 			default:
 				notes = append(notes, argf("%s %s narrows nothing: that time has passed", argName("nbf"), timeWords(v)))
 			}
@@ -170,7 +171,8 @@ func narrowNotes(t *grant.Token, cavs []grant.Caveat, now int64) []argText {
 		case "risk":
 			if !n.Narrows {
 				s, _ := c.Text()
-				notes = append(notes, argf("%s %s narrows nothing: the grant already allows at most risk %s", argName("risk"), s, a.Risk))
+				ceiling, _ := n.By.Text()
+				notes = append(notes, argf("%s %s narrows nothing: the grant already allows at most risk %s", argName("risk"), s, ceiling))
 			}
 		case "only":
 			s, _ := c.Text()
