@@ -163,7 +163,7 @@ func newVerifyBench(b *testing.B, n int) *verifyBench {
 		keys: keys, msgs: msgs, sigs: sigs,
 		ctx: Context{
 			Service: "shop.example", Verb: "COMMIT", Capability: "shop.order", Now: testNow, ProofKey: holder,
-			Proposal: &ProposalFacts{Hash: "H", Cost: &Money{1000, "USD"}, Risk: riskLow},
+			Proposal: &Proposal{Hash: "H", Cost: &Money{1000, "USD"}, Risk: riskLow},
 			Spent:    map[string]int64{"x": 1},
 		},
 	}
@@ -253,7 +253,7 @@ func TestJWTChainRefuses(t *testing.T) {
 	chain := jwtChain(t, 3)
 	holder := pubText(seedKey(b64.EncodeToString([]byte(fmt.Sprintf("bench-key-%022d", 2)))))
 	ok := Context{Service: "shop.example", Verb: "COMMIT", Capability: "shop.order", Now: testNow, ProofKey: holder,
-		Proposal: &ProposalFacts{Hash: "H", Cost: &Money{1000, "USD"}, Risk: riskLow}}
+		Proposal: &Proposal{Hash: "H", Cost: &Money{1000, "USD"}, Risk: riskLow}}
 	trusted := []string{principalPub}
 	if err := verifyJWTChain(chain, trusted, &ok); err != nil {
 		t.Fatalf("genuine chain: %v", err)
@@ -270,8 +270,8 @@ func TestJWTChainRefuses(t *testing.T) {
 		"fail/service":       {chain, trusted, with(func(c *Context) { c.Service = "bank.example" })},
 		"fail/capability":    {chain, trusted, with(func(c *Context) { c.Capability = "shop.refund" })},
 		"fail/verb":          {chain, trusted, with(func(c *Context) { c.Verb = "INTENT" })},
-		"fail/cost-over-per": {chain, trusted, with(func(c *Context) { c.Proposal = &ProposalFacts{Cost: &Money{4000, "USD"}, Risk: riskLow} })},
-		"fail/risk":          {chain, trusted, with(func(c *Context) { c.Proposal = &ProposalFacts{Cost: &Money{1, "USD"}, Risk: riskHigh} })},
+		"fail/cost-over-per": {chain, trusted, with(func(c *Context) { c.Proposal = &Proposal{Cost: &Money{4000, "USD"}, Risk: riskLow} })},
+		"fail/risk":          {chain, trusted, with(func(c *Context) { c.Proposal = &Proposal{Cost: &Money{1, "USD"}, Risk: riskHigh} })},
 		"fail/holder":        {chain, trusted, with(func(c *Context) { c.ProofKey = pubText(keyAgent) })},
 		"fail/untrusted":     {chain, []string{pubText(keyMallory)}, &ok},
 		"fail/prev-link":     {[]string{chain[0], chain[2]}, trusted, &ok},

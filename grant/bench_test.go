@@ -42,7 +42,7 @@ func BenchmarkVerify(b *testing.B) {
 		tok, holder, keys, msgs, sigs := benchChain(b, n)
 		ctx := Context{
 			Service: "shop.example", Verb: "COMMIT", Capability: "shop.order", Now: testNow, ProofKey: holder,
-			Proposal: &ProposalFacts{Hash: "H", Cost: &Money{1000, "USD"}, Risk: riskLow},
+			Proposal: &Proposal{Hash: "H", Cost: &Money{1000, "USD"}, Risk: riskLow},
 			Spent:    map[string]int64{"x": 1},
 		}
 		tokens, trusted := []string{tok}, []string{principalPub}

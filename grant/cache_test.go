@@ -55,7 +55,7 @@ func TestBlockCacheForgery(t *testing.T) {
 		{
 			name: "fail/root-widened-to-every-capability", genuine: root,
 			forged: widen(t, root, 0, func(p *Payload) { p.Caveats = []Caveat{Can("*"), Exp(testNow + 1e6)} }),
-			ctx:    Context{Service: "bank.example", Verb: "COMMIT", Capability: "bank.transfer", Now: testNow + 1000, ProofKey: agent, Proposal: &ProposalFacts{Hash: "h", Risk: riskHigh}},
+			ctx:    Context{Service: "bank.example", Verb: "COMMIT", Capability: "bank.transfer", Now: testNow + 1000, ProofKey: agent, Proposal: &Proposal{Hash: "h", Risk: riskHigh}},
 		},
 		{
 			name: "fail/root-expiry-removed", genuine: root,
@@ -70,7 +70,7 @@ func TestBlockCacheForgery(t *testing.T) {
 		{
 			name: "fail/delegation-caveats-removed", genuine: chain,
 			forged: widen(t, chain, 1, func(p *Payload) { p.Caveats = []Caveat{} }),
-			ctx:    Context{Service: "shop.example", Verb: "COMMIT", Capability: "shop.search", Now: testNow + 45, ProofKey: sub, Proposal: &ProposalFacts{Hash: "h", Risk: riskLow}},
+			ctx:    Context{Service: "shop.example", Verb: "COMMIT", Capability: "shop.search", Now: testNow + 45, ProofKey: sub, Proposal: &Proposal{Hash: "h", Risk: riskLow}},
 		},
 		{
 			name: "fail/delegation-iat-changed", genuine: chain,
@@ -359,7 +359,7 @@ func FuzzVerifyCache(f *testing.F) {
 			proofKey = pubText(keySub)
 		}
 		ctx := Context{Service: service, Verb: verb, Capability: capability, Now: now, ProofKey: proofKey,
-			Proposal: &ProposalFacts{Hash: "HASH_OK", Risk: riskLow}}
+			Proposal: &Proposal{Hash: "HASH_OK", Risk: riskLow}}
 		res, err := Verify([]string{tok}, trusted, ctx)
 		ctx.Cache = fuzzCache
 		for range 2 {

@@ -169,7 +169,7 @@ type grantCase struct {
 		Verb       string           `json:"verb"`
 		Capability string           `json:"capability"`
 		Now        int64            `json:"now"`
-		Proposal   *ProposalFacts   `json:"proposal"`
+		Proposal   *Proposal        `json:"proposal"`
 		Spent      map[string]int64 `json:"spent"`
 	} `json:"ctx"`
 	Spent  map[string]int64 `json:"spent"` // also accepted beside ctx

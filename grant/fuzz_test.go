@@ -187,7 +187,7 @@ func FuzzVerify(f *testing.F) {
 		for _, proofKey := range []string{pubText(keyAgent), pubText(keySub)} {
 			ctx := Context{
 				Service: service, Verb: verb, Capability: capability, Now: now, ProofKey: proofKey,
-				Proposal: &ProposalFacts{Hash: "HASH_OK", Cost: &Money{cost, "USD"}, Risk: risk},
+				Proposal: &Proposal{Hash: "HASH_OK", Cost: &Money{cost, "USD"}, Risk: risk},
 				Spent:    map[string]int64{"wJ_VZU1Z3VYBFmYOLYgx6IU0-93Cu73vFjWYxBP1Bd8": 100},
 			}
 			res, err := Verify([]string{tok, tok}, trusted, ctx)

@@ -67,16 +67,13 @@ var effectOps = map[string]bool{
 	"create": true, "update": true, "delete": true, "send": true, "charge": true, "other": true,
 }
 
-// Facts returns what caveats look at in p, for Context.Proposal. Hash is
-// the hash ParseProposal computed from p's content; for a Proposal made
-// otherwise, it is p's own hash field, which is only as good as whoever
-// wrote it.
-func (p *Proposal) Facts() *ProposalFacts {
-	h := p.hash
-	if h == "" {
-		h = p.Hash
+// caveatHash returns the hash an only caveat is checked against (see
+// Context.Proposal).
+func (p *Proposal) caveatHash() string {
+	if p.hash != "" {
+		return p.hash
 	}
-	return &ProposalFacts{Hash: h, Cost: p.Cost, Risk: p.Risk}
+	return p.Hash
 }
 
 // ContentHash returns the hash of §5.1 that ParseProposal computed from the

@@ -37,8 +37,8 @@ func TestParseProposal(t *testing.T) {
 	if diff := cmp.Diff(want, p, cmpopts.IgnoreUnexported(Proposal{})); diff != "" {
 		t.Errorf("ParseProposal (-want +got):\n%s", diff)
 	}
-	if f := p.Facts(); f.Cost != p.Cost || f.Risk != riskMedium {
-		t.Errorf("Facts = %+v", f)
+	if p.Cost == nil || p.Risk != riskMedium {
+		t.Errorf("cost %v, risk %q", p.Cost, p.Risk)
 	}
 
 	replace := func(old, new string) string {
@@ -220,9 +220,9 @@ func TestProposalKeepsItsHash(t *testing.T) {
 		!strings.Contains(string(c), `"x-unknown":[1,{"b":2}]`) {
 		t.Errorf("HashedBytes = %s (%v)", p.HashedBytes(), err)
 	}
-	// Facts carry the computed hash, not the claimed one.
-	if f := p.Facts(); f.Hash != h || p.Hash != "claimed" {
-		t.Errorf("Facts().Hash = %q, Hash = %q", f.Hash, p.Hash)
+	// Caveats see the computed hash, not the claimed one.
+	if got := p.caveatHash(); got != h || p.Hash != "claimed" {
+		t.Errorf("caveatHash() = %q, Hash = %q", got, p.Hash)
 	}
 	// A Proposal not made by ParseProposal has no hash to check against.
 	if err := CheckConsent(ConsentRequest{Hash: h}, "s", &Proposal{ID: "p_7Hc2"}, testNow); codeOf(err) != codeInvalidParams {

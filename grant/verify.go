@@ -22,9 +22,12 @@ type Context struct {
 	// ProofKey is the key of the request's proof, which the caller has
 	// already checked with VerifyProof (§6.5).
 	ProofKey string
-	// Proposal describes the proposal of a COMMIT; it is required for
-	// COMMIT and ignored otherwise.
-	Proposal *ProposalFacts
+	// Proposal is the proposal of a COMMIT, as ParseProposal read it; it
+	// is required for COMMIT and ignored otherwise. Caveats look at its
+	// cost, its risk and its hash: the one ParseProposal computed from its
+	// content, or, for a Proposal made otherwise, its own hash field,
+	// which is only as good as whoever wrote it.
+	Proposal *Proposal
 	// Spent maps block ids to the spend already attributed to them, in
 	// minor units (§6.3 spend). A block missing from it has spent nothing.
 	Spent map[string]int64
@@ -33,13 +36,6 @@ type Context struct {
 	// signatures are skipped: everything else is checked on every call.
 	// See BlockCache.
 	Cache *BlockCache
-}
-
-// ProposalFacts are the parts of a proposal that caveats look at.
-type ProposalFacts struct {
-	Hash string `json:"hash"`
-	Cost *Money `json:"cost"`
-	Risk string `json:"risk"`
 }
 
 // Result says which grant authorized a request.
@@ -309,7 +305,7 @@ func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 		switch {
 		case err != nil:
 			return failHard
-		case !commit, h == ctx.Proposal.Hash:
+		case !commit, h == ctx.Proposal.caveatHash():
 			return pass
 		}
 		return failHard

@@ -41,7 +41,7 @@ func TestVerify(t *testing.T) {
 	commit := func(cost *Money, risk string, spent map[string]int64) Context {
 		return Context{
 			Service: "shop.example", Verb: "COMMIT", Capability: "shop.order", Now: testNow, ProofKey: agent,
-			Proposal: &ProposalFacts{Hash: "HASH_OK", Cost: cost, Risk: risk}, Spent: spent,
+			Proposal: &Proposal{Hash: "HASH_OK", Cost: cost, Risk: risk}, Spent: spent,
 		}
 	}
 	with := func(c Context, f func(*Context)) Context { f(&c); return c }

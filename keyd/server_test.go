@@ -765,7 +765,7 @@ func TestConsentApproved(t *testing.T) {
 	trusted := []string{h.srv.Principal()}
 	now := time.Now().Unix()
 	commit := grant.Context{Service: "shop.example", Verb: "COMMIT", Capability: "shop.order", Now: now, ProofKey: holder,
-		Proposal: &grant.ProposalFacts{Hash: hash, Cost: &grant.Money{Amount: 4500, Currency: "USD"}, Risk: "medium"}}
+		Proposal: &grant.Proposal{Hash: hash, Cost: &grant.Money{Amount: 4500, Currency: "USD"}, Risk: "medium"}}
 	if _, err := grant.Verify([]string{res.Token}, trusted, commit); err != nil {
 		t.Errorf("consent does not authorize its COMMIT: %v", err)
 	}

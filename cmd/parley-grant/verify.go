@@ -126,7 +126,7 @@ func runVerify(f *verifyFlags, args []string) error {
 		if f.proposal == "-" && containsDash(args) {
 			return usagef("", "stdin cannot hold both the tokens and the proposal")
 		}
-		if ctx.Proposal, err = proposalFacts(f.proposal); err != nil {
+		if ctx.Proposal, err = readProposal(f.proposal); err != nil {
 			return err
 		}
 	}
@@ -256,10 +256,10 @@ func proofKeyFor(flag string, tokens []string) (string, error) {
 	return holder, nil
 }
 
-// proposalFacts reads a proposal and returns what caveats look at. The
-// hash is always computed from the content; a hash field that disagrees is
+// readProposal reads the proposal a COMMIT is verified against. Its caveats
+// see the hash computed from the content; a hash field that disagrees is
 // refused, since a service would refuse it too (§4.4).
-func proposalFacts(name string) (*grant.ProposalFacts, error) {
+func readProposal(name string) (*grant.Proposal, error) {
 	raw, err := readInput(name, maxJSONInput)
 	if err != nil {
 		return nil, err
@@ -272,8 +272,7 @@ func proposalFacts(name string) (*grant.ProposalFacts, error) {
 		return nil, fail(fmt.Errorf("--proposal %s: its hash field does not match its content (the content hashes to %s)", name, h),
 			"the proposal was changed after it was hashed; get it again from the service")
 	}
-	// The facts carry the hash computed from the content.
-	return p.Facts(), nil
+	return p, nil
 }
 
 // parseSpent parses --spent BLOCKID=AMOUNT flags. A bare integer is minor

@@ -224,7 +224,7 @@ func runDemo(state string, yes bool) error {
 	} {
 		vctx := grant.Context{Service: "mail.example", Verb: c.verb, Capability: "mail.read", Now: time.Now().Unix(), ProofKey: c.key}
 		if c.verb == "COMMIT" {
-			vctx.Proposal = &grant.ProposalFacts{Hash: "demo", Risk: "low"}
+			vctx.Proposal = &grant.Proposal{Hash: "demo", Risk: "low"}
 		}
 		_, err := grant.Verify([]string{c.token}, []string{d.Principal()}, vctx)
 		verdict := "authorized"

@@ -262,8 +262,8 @@ func (s *Service) errorReply(re string, rf *refusal) *reply {
 }
 
 // authorizeLocked checks the proof (§6.5) and the grants (§6.4) of req for
-// verb on target and capability. facts describe the proposal of a COMMIT.
-func (s *Service) authorizeLocked(req *request, verb, target, capability string, facts *grant.ProposalFacts) (*grant.Result, *refusal) {
+// verb on target and capability. prop is the proposal of a COMMIT.
+func (s *Service) authorizeLocked(req *request, verb, target, capability string, prop *grant.Proposal) (*grant.Result, *refusal) {
 	if len(req.Grants) == 0 || req.Proof == nil {
 		return nil, refuse("unauthorized", "%s here needs grants and a proof of possession", verb)
 	}
@@ -278,7 +278,7 @@ func (s *Service) authorizeLocked(req *request, verb, target, capability string,
 		spent[k] = v
 	}
 	res, err := grant.Verify(req.Grants, s.cfg.Principals, grant.Context{Service: s.cfg.ID, Verb: verb,
-		Capability: capability, Now: now, ProofKey: req.Proof.Key, Proposal: facts, Spent: spent})
+		Capability: capability, Now: now, ProofKey: req.Proof.Key, Proposal: prop, Spent: spent})
 	if err != nil {
 		return nil, fromGrantError(err)
 	}
@@ -389,12 +389,11 @@ func (s *Service) commit(req *request) (*reply, *refusal) {
 	if req.Proof == nil || req.Proof.Key != pr.holder {
 		return nil, refuse("unauthorized", "proposal %s was prepared for another agent key", req.Proposal)
 	}
-	facts := pr.p.Facts()
 	if pr.receipt != "" {
 		// §4.4 replay: authorized like a commit, except that per, spend
 		// and risk are not evaluated again.
 		res, rf := s.authorizeLocked(req, "COMMIT", pr.p.Hash, pr.p.Capability,
-			&grant.ProposalFacts{Hash: pr.p.Hash, Risk: "low"})
+			&grant.Proposal{Hash: pr.p.Hash, Risk: "low"})
 		if rf != nil {
 			return nil, rf
 		}
@@ -406,7 +405,7 @@ func (s *Service) commit(req *request) (*reply, *refusal) {
 	if now >= pr.p.Expires {
 		return nil, refuse("expired", "proposal %s expired; re-run INTENT", req.Proposal)
 	}
-	res, rf := s.authorizeLocked(req, "COMMIT", pr.p.Hash, pr.p.Capability, facts)
+	res, rf := s.authorizeLocked(req, "COMMIT", pr.p.Hash, pr.p.Capability, pr.p)
 	if rf != nil {
 		if rf.code == "consent_required" {
 			rf.consent = &grant.ConsentRequest{Proposal: pr.p.ID, Hash: pr.p.Hash, Service: s.cfg.ID,
