@@ -118,8 +118,8 @@ func Risk(level string) Caveat { return Caveat{kindRisk, stringValue(level)} }
 // Only returns {"only": hash}: a COMMIT only of the proposal with that hash.
 func Only(hash string) Caveat { return Caveat{kindOnly, stringValue(hash)} }
 
-// Known reports whether c is one of the nine kinds of §6.3.
-func (c Caveat) Known() bool {
+// known reports whether c is one of the nine kinds of §6.3.
+func (c Caveat) known() bool {
 	switch c.Name {
 	case kindSvc, kindVerbs, kindCan, kindExp, kindNbf,
 		kindPer, kindSpend, kindRisk, kindOnly:
@@ -128,8 +128,9 @@ func (c Caveat) Known() bool {
 	return false
 }
 
-// Check returns nil when c is a known kind with a well-formed, canonical
-// value (§6.3): svc, verbs and can take arrays of strings; exp and nbf
+// Check returns nil when c is one of the nine kinds of §6.3 with a
+// well-formed, canonical value, and an error that says which of the two it
+// is not: svc, verbs and can take arrays of strings; exp and nbf
 // integers; per and spend {"currency": string, "max": int} and nothing
 // else; risk one of low, medium, high; only a string. Lists may be empty
 // (then nothing satisfies them). Values also stay within a token's caps: at

@@ -107,7 +107,7 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 	r := &Request{}
 	seen := map[string]bool{}
 	for _, c := range caveats {
-		if !c.Known() {
+		if !c.known() {
 			if known, ok := knownCaveatLike(c.Name); ok {
 				return bad(unknownCaveat, c.Name, "unknown caveat %s: caveat names are matched exactly; did you mean %q?", quoteName(c.Name), known)
 			}

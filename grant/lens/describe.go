@@ -14,41 +14,49 @@ import (
 // service shop.example". The words contain text from the token: neutralize
 // it before showing it on a terminal.
 func DescribeCaveat(c grant.Caveat) string {
-	if !c.Known() {
+	words, known := caveatWords(c)
+	switch {
+	case !known:
 		return fmt.Sprintf("unknown caveat %q (never satisfied)", c.Name)
-	}
-	if err := c.Check(); err != nil {
+	case c.Check() != nil:
 		return fmt.Sprintf("malformed %s caveat (never satisfied): %s", c.Name, c.Value)
 	}
+	return words
+}
+
+// caveatWords returns the words of a caveat of each kind of §6.3, and false
+// for any other kind. The words are only right for a value Check accepts.
+func caveatWords(c grant.Caveat) (string, bool) {
 	switch c.Name {
 	case "svc":
 		ss, _ := c.Strings()
-		return "only at " + plural(len(ss), "service", "services") + listWords(ss)
+		return "only at " + plural(len(ss), "service", "services") + listWords(ss), true
 	case "verbs":
 		ss, _ := c.Strings()
-		return "only " + plural(len(ss), "the verb", "the verbs") + listWords(ss)
+		return "only " + plural(len(ss), "the verb", "the verbs") + listWords(ss), true
 	case "can":
 		ss, _ := c.Strings()
-		return "only " + plural(len(ss), "capability", "capabilities") + listWords(ss)
+		return "only " + plural(len(ss), "capability", "capabilities") + listWords(ss), true
 	case "exp":
 		n, _ := c.Int()
-		return "expires at " + FormatTime(n)
+		return "expires at " + FormatTime(n), true
 	case "nbf":
 		n, _ := c.Int()
-		return "not before " + FormatTime(n)
+		return "not before " + FormatTime(n), true
 	case "per":
 		m, _ := c.Money()
-		return "commits cost at most " + m.String() + " each"
+		return "commits cost at most " + m.String() + " each", true
 	case "spend":
 		m, _ := c.Money()
-		return "commits cost at most " + m.String() + " in total"
+		return "commits cost at most " + m.String() + " in total", true
 	case "risk":
 		s, _ := c.Text()
-		return "commits only of proposals with risk " + s + " or lower"
-	default: // "only"
+		return "commits only of proposals with risk " + s + " or lower", true
+	case "only":
 		s, _ := c.Text()
-		return "commits only the proposal with hash " + s
+		return "commits only the proposal with hash " + s, true
 	}
+	return "", false
 }
 
 func plural(n int, one, many string) string {
