@@ -34,7 +34,7 @@ func (t *Token) allowance() allowance {
 	var a allowance
 	var svc, verbs [][]string
 	for i := range t.Blocks {
-		for _, c := range t.Blocks[i].Payload.Caveats {
+		for _, c := range t.Blocks[i].Caveats {
 			switch c.Name {
 			case kindSvc, kindVerbs, kindCan:
 				ss, err := c.Strings()

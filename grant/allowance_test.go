@@ -14,7 +14,7 @@ func TestAllowance(t *testing.T) {
 		Exp(testNow+600), Nbf(testNow-100), Risk(riskHigh), Only("H1"))
 	// A caveat this package does not know allows nothing, and adds no
 	// limit Allowance could state.
-	tok.Blocks[1].Payload.Caveats = append(tok.Blocks[1].Payload.Caveats, Caveat{Name: "future", Value: json.RawMessage("1")})
+	tok.Blocks[1].Caveats = append(tok.Blocks[1].Caveats, Caveat{Name: "future", Value: json.RawMessage("1")})
 	a := tok.allowance()
 	want := allowance{
 		Svc: []string{"b.example", "c.example"}, Verbs: []string{"ASK", "COMMIT"},

@@ -178,11 +178,11 @@ func newVerifyBench(b *testing.B, n int) *verifyBench {
 		// A distinct root (another iat) with the same delegations would
 		// break the prev links; a new chain of the same shape is simpler:
 		// re-issue the root with another nonce and re-delegate.
-		other := issueNonce(b, fmt.Sprintf("other-%d", i), t.Blocks[0].Payload.Caveats)
+		other := issueNonce(b, fmt.Sprintf("other-%d", i), t.Blocks[0].Caveats)
 		signer := keyAgent
 		for j := 1; j < n; j++ {
 			next := seedKey(b64.EncodeToString([]byte(fmt.Sprintf("bench-key-%022d", j))))
-			other = delegate(b, other, signer, next, t.Blocks[j].Payload.Caveats...)
+			other = delegate(b, other, signer, next, t.Blocks[j].Caveats...)
 			signer = next
 		}
 		v.others = append(v.others, []string{other.Encode()})

@@ -20,9 +20,9 @@ func benchChain(b *testing.B, n int) (tok string, holder string, keys []ed25519.
 	}
 	for i := range t.Blocks {
 		blk := &t.Blocks[i]
-		k := t.Blocks[0].Payload.Iss
+		k := t.Blocks[0].Iss
 		if i > 0 {
-			k = t.Blocks[i-1].Payload.Sub
+			k = t.Blocks[i-1].Sub
 		}
 		pk, err := ParsePublicKey(k)
 		if err != nil {

@@ -13,15 +13,16 @@ import (
 // i carries payload p instead: its signature, and so its block id (§6.2: the
 // hash of the signature's text), stay the same. This is the forgery a cache
 // keyed by block id alone would let through.
-func widen(t testing.TB, tok *Token, i int, edit func(p *Payload)) string {
+func widen(t testing.TB, tok *Token, i int, edit func(p *Block)) string {
 	t.Helper()
 	forged := &Token{Blocks: append([]Block(nil), tok.Blocks...)}
 	b := &forged.Blocks[i]
-	p := b.Payload
+	p := payloadOf(*b)
 	p.Caveats = append([]Caveat(nil), p.Caveats...)
 	edit(&p)
-	// Drop the signed bytes so that Encode writes the edited payload.
-	*b = Block{Payload: p, Sig: b.Sig}
+	// Without the signed bytes, Encode writes the edited payload.
+	p.Sig = b.Sig
+	*b = p
 	s := forged.Encode()
 	d, err := Decode(s)
 	if err != nil {
@@ -54,27 +55,27 @@ func TestBlockCacheForgery(t *testing.T) {
 	}{
 		{
 			name: "fail/root-widened-to-every-capability", genuine: root,
-			forged: widen(t, root, 0, func(p *Payload) { p.Caveats = []Caveat{Can("*"), Exp(testNow + 1e6)} }),
+			forged: widen(t, root, 0, func(p *Block) { p.Caveats = []Caveat{Can("*"), Exp(testNow + 1e6)} }),
 			ctx:    Context{Service: "bank.example", Verb: "COMMIT", Capability: "bank.transfer", Now: testNow + 1000, ProofKey: agent, Proposal: &Proposal{Hash: "h", Risk: riskHigh}},
 		},
 		{
 			name: "fail/root-expiry-removed", genuine: root,
-			forged: widen(t, root, 0, func(p *Payload) { p.Caveats = p.Caveats[:2] }),
+			forged: widen(t, root, 0, func(p *Block) { p.Caveats = p.Caveats[:2] }),
 			ctx:    Context{Service: "shop.example", Verb: "ASK", Capability: "shop.search", Now: testNow + 1000, ProofKey: agent},
 		},
 		{
 			name: "fail/root-handed-to-another-holder", genuine: root,
-			forged: widen(t, root, 0, func(p *Payload) { p.Sub = sub }),
+			forged: widen(t, root, 0, func(p *Block) { p.Sub = sub }),
 			ctx:    Context{Service: "shop.example", Verb: "ASK", Capability: "shop.search", Now: testNow, ProofKey: sub},
 		},
 		{
 			name: "fail/delegation-caveats-removed", genuine: chain,
-			forged: widen(t, chain, 1, func(p *Payload) { p.Caveats = []Caveat{} }),
+			forged: widen(t, chain, 1, func(p *Block) { p.Caveats = []Caveat{} }),
 			ctx:    Context{Service: "shop.example", Verb: "COMMIT", Capability: "shop.search", Now: testNow + 45, ProofKey: sub, Proposal: &Proposal{Hash: "h", Risk: riskLow}},
 		},
 		{
 			name: "fail/delegation-iat-changed", genuine: chain,
-			forged: widen(t, chain, 1, func(p *Payload) { p.Iat++ }),
+			forged: widen(t, chain, 1, func(p *Block) { p.Iat++ }),
 			ctx:    Context{Service: "shop.example", Verb: "ASK", Capability: "shop.search", Now: testNow, ProofKey: sub},
 		},
 	}
@@ -287,10 +288,10 @@ func TestBlockCacheConcurrent(t *testing.T) {
 		d := delegate(t, root, keyAgent, keySub, Exp(testNow+int64(i*10)))
 		tokens = append(tokens, d.Encode())
 		if i%3 == 0 {
-			tokens = append(tokens, widen(t, d, 1, func(p *Payload) { p.Caveats = []Caveat{} }))
+			tokens = append(tokens, widen(t, d, 1, func(p *Block) { p.Caveats = []Caveat{} }))
 		}
 	}
-	tokens = append(tokens, widen(t, root, 0, func(p *Payload) { p.Caveats = []Caveat{Can("*")} }))
+	tokens = append(tokens, widen(t, root, 0, func(p *Block) { p.Caveats = []Caveat{Can("*")} }))
 	trusted := []string{principalPub}
 	ctxFor := func(i int) Context {
 		return Context{Service: "shop.example", Verb: "ASK", Capability: "shop.search", Now: testNow + int64(i%7)*10, ProofKey: pubText(keySub)}
@@ -350,8 +351,8 @@ func FuzzVerifyCache(f *testing.F) {
 		f.Add(tok, "shop.example", "ASK", "shop.search", int64(testNow), true)
 		f.Add(tok, "shop.example", "COMMIT", "shop.order", int64(testNow+40), false)
 	}
-	f.Add(widen(f, chain, 1, func(p *Payload) { p.Caveats = []Caveat{} }), "shop.example", "COMMIT", "shop.search", int64(testNow+40), true)
-	f.Add(widen(f, root, 0, func(p *Payload) { p.Caveats = []Caveat{Can("*")} }), "bank.example", "ASK", "bank.transfer", int64(testNow), false)
+	f.Add(widen(f, chain, 1, func(p *Block) { p.Caveats = []Caveat{} }), "shop.example", "COMMIT", "shop.search", int64(testNow+40), true)
+	f.Add(widen(f, root, 0, func(p *Block) { p.Caveats = []Caveat{Can("*")} }), "bank.example", "ASK", "bank.transfer", int64(testNow), false)
 	trusted := []string{principalPub}
 	f.Fuzz(func(t *testing.T, tok, service, verb, capability string, now int64, sub bool) {
 		proofKey := pubText(keyAgent)

@@ -57,14 +57,14 @@ func checkDecode(t *testing.T, s string) {
 	}
 	for i := range tok.Blocks {
 		b := &tok.Blocks[i]
-		m, err := marshalPayload(&b.Payload, i == 0)
+		m, err := marshalPayload(b, i == 0)
 		if err != nil {
 			t.Fatalf("block %d: decoded payload does not marshal: %v", i, err)
 		}
 		if !bytes.Equal(m, b.signed) {
 			t.Fatalf("block %d: marshalled payload differs from the signed bytes:\n%s\n%s", i, m, b.signed)
 		}
-		for _, c := range b.Payload.Caveats {
+		for _, c := range b.Caveats {
 			_ = c.Check()
 		}
 	}

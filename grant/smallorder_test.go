@@ -112,7 +112,8 @@ func forgedToken(t *testing.T, blocks ...forged) string {
 			} else {
 				continue
 			}
-			tok.Blocks = append(tok.Blocks, Block{Payload: p, Sig: sig, signed: msg})
+			p.Sig, p.signed = sig, msg
+			tok.Blocks = append(tok.Blocks, p)
 			found = true
 			break
 		}
@@ -124,7 +125,7 @@ func forgedToken(t *testing.T, blocks ...forged) string {
 }
 
 type forged struct {
-	p         Payload
+	p         Block              // the payload
 	signer    ed25519.PrivateKey // a real key, or nil
 	signerPub ed25519.PublicKey  // the small-order key that signs, when signer is nil
 }
@@ -137,7 +138,7 @@ func TestSmallOrderInTokens(t *testing.T) {
 		t.Run("fail/holder/"+k.Name, func(t *testing.T) {
 			// A real principal issued a grant to a small-order holder:
 			// anyone who sees it can forge the holder's proof.
-			tok := forgedToken(t, forged{p: Payload{Iss: principalPub, Sub: text, Nonce: "n", Caveats: []Caveat{}}, signer: keyPrincipal})
+			tok := forgedToken(t, forged{p: Block{Iss: principalPub, Sub: text, Nonce: "n", Caveats: []Caveat{}}, signer: keyPrincipal})
 			c := ctx
 			c.ProofKey = text
 			if _, err := Verify([]string{tok}, []string{principalPub}, c); codeOf(err) != codeUnauthorized {
@@ -152,9 +153,9 @@ func TestSmallOrderInTokens(t *testing.T) {
 			// appends a block "signed" by it, handing the grant to
 			// themselves.
 			tok := forgedToken(t,
-				forged{p: Payload{Iss: principalPub, Sub: pubText(keyAgent), Nonce: "n", Caveats: []Caveat{}}, signer: keyPrincipal},
-				forged{p: Payload{Sub: text, Caveats: []Caveat{}}, signer: keyAgent},
-				forged{p: Payload{Sub: pubText(keyMallory), Caveats: []Caveat{}}, signerPub: k.Key},
+				forged{p: Block{Iss: principalPub, Sub: pubText(keyAgent), Nonce: "n", Caveats: []Caveat{}}, signer: keyPrincipal},
+				forged{p: Block{Sub: text, Caveats: []Caveat{}}, signer: keyAgent},
+				forged{p: Block{Sub: pubText(keyMallory), Caveats: []Caveat{}}, signerPub: k.Key},
 			)
 			c := ctx
 			c.ProofKey = pubText(keyMallory)
@@ -165,7 +166,7 @@ func TestSmallOrderInTokens(t *testing.T) {
 		t.Run("fail/trusted-issuer/"+k.Name, func(t *testing.T) {
 			// A service that trusts a small-order key (a typo'd or
 			// hostile --trust) would accept root grants anyone signs.
-			tok := forgedToken(t, forged{p: Payload{Iss: text, Sub: pubText(keyMallory), Nonce: "n", Caveats: []Caveat{}}, signerPub: k.Key})
+			tok := forgedToken(t, forged{p: Block{Iss: text, Sub: pubText(keyMallory), Nonce: "n", Caveats: []Caveat{}}, signerPub: k.Key})
 			c := ctx
 			c.ProofKey = pubText(keyMallory)
 			if _, err := Verify([]string{tok}, []string{text}, c); codeOf(err) != codeUnauthorized {

@@ -50,15 +50,30 @@ func delegate(t testing.TB, tok *Token, from, to ed25519.PrivateKey, caveats ...
 	return d
 }
 
-// forgeBlock signs p with signer as block position root or not, without any
-// of the checks Issue and Delegate make: for building broken chains.
-func forgeBlock(t testing.TB, signer ed25519.PrivateKey, p Payload, root bool) Block {
+// forgeBlock signs the payload of p with signer as block position root or
+// not, without any of the checks Issue and Delegate make: for building
+// broken chains.
+func forgeBlock(t testing.TB, signer ed25519.PrivateKey, p Block, root bool) Block {
 	t.Helper()
 	msg, err := marshalPayload(&p, root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Block{Payload: p, Sig: ed25519.Sign(signer, msg), signed: msg}
+	p.Sig, p.signed = ed25519.Sign(signer, msg), msg
+	return p
+}
+
+// withSig returns b with the signature sig.
+func withSig(b Block, sig []byte) Block {
+	b.Sig = sig
+	return b
+}
+
+// payloadOf returns b without its signature and signed bytes: a payload to
+// edit and sign again.
+func payloadOf(b Block) Block {
+	b.Sig, b.signed = nil, nil
+	return b
 }
 
 // encodeBody returns a token whose body is the given JSON text as is.

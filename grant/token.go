@@ -40,24 +40,20 @@ const (
 // tokenPrefix starts every encoded grant (§6.2).
 const tokenPrefix = "pg1."
 
-// Payload is the signed part of a block (§6.2). A root block has Iss and
+// Block is one signed link of a grant: {"p": payload, "s": signature}
+// (§6.2), with the payload's members as fields. A root block has Iss and
 // Nonce and no Prev; a delegation block has Prev and neither Iss nor Nonce.
-type Payload struct {
-	Iss     string   `json:"iss,omitempty"`   // root only: the principal's key
-	Prev    string   `json:"prev,omitempty"`  // delegation only: the id of the block before
-	Sub     string   `json:"sub"`             // the key that holds the grant from this block on
-	Caveats []Caveat `json:"caveats"`         // restrictions added by this block
-	Iat     int64    `json:"iat"`             // unix seconds of signing
-	Nonce   string   `json:"nonce,omitempty"` // root only
-}
-
-// Block is one signed link of a grant: {"p": payload, "s": signature}.
 //
 // A Block from Decode, Issue or Delegate keeps the exact payload bytes that
-// were signed; Encode and CheckChain use those bytes, so changing Payload
+// were signed; Encode and CheckChain use those bytes, so changing a field
 // afterwards changes neither.
 type Block struct {
-	Payload Payload
+	Iss     string   // root only: the principal's key
+	Prev    string   // delegation only: the id of the block before
+	Sub     string   // the key that holds the grant from this block on
+	Caveats []Caveat // restrictions added by this block
+	Iat     int64    // unix seconds of signing
+	Nonce   string   // root only
 	Sig     []byte
 	signed  []byte
 }
@@ -76,7 +72,7 @@ func (b *Block) payloadBytes(root bool) ([]byte, error) {
 	if b.signed != nil {
 		return b.signed, nil
 	}
-	return marshalPayload(&b.Payload, root)
+	return marshalPayload(b, root)
 }
 
 // Token is a decoded grant: a non-empty chain of blocks, root first.
@@ -84,8 +80,9 @@ type Token struct {
 	Blocks []Block
 }
 
-// marshalPayload returns canonical(p) (§10) for a root or delegation block.
-func marshalPayload(p *Payload, root bool) ([]byte, error) {
+// marshalPayload returns canonical(payload of p) (§10) for a root or
+// delegation block.
+func marshalPayload(p *Block, root bool) ([]byte, error) {
 	b := make([]byte, 0, 256)
 	b = append(b, `{"caveats":[`...)
 	for i, c := range p.Caveats {
@@ -128,7 +125,7 @@ func (t *Token) Encode() string {
 		}
 		p, err := blk.payloadBytes(i == 0)
 		if err != nil {
-			// Only a hand-built Payload can fail; encode it as null so the
+			// Only a hand-built Block can fail; encode it as null so the
 			// token is visibly broken rather than silently different.
 			p = []byte("null")
 		}
@@ -190,7 +187,7 @@ func Decode(s string) (*Token, error) {
 		}
 		start := r.I
 		var blk Block
-		if err := decodePayload(r, &blk.Payload, len(t.Blocks) == 0); err != nil {
+		if err := decodePayload(r, &blk, len(t.Blocks) == 0); err != nil {
 			return nil, malformed("block %d: %v", len(t.Blocks), err)
 		}
 		blk.signed = raw[start:r.I:r.I]
@@ -221,7 +218,7 @@ func Decode(s string) (*Token, error) {
 	return t, nil
 }
 
-// Payload field bits, for checking which ones a payload holds.
+// Payload member bits, for checking which ones a payload holds.
 const (
 	fCaveats = 1 << iota
 	fIat
@@ -231,7 +228,7 @@ const (
 	fSub
 )
 
-func decodePayload(r *jsontext.Canon, p *Payload, root bool) error {
+func decodePayload(r *jsontext.Canon, p *Block, root bool) error {
 	if err := r.Expect('{'); err != nil {
 		return err
 	}
@@ -369,10 +366,10 @@ func decodeCaveats(r *jsontext.Canon) ([]Caveat, error) {
 func (t *Token) ID() string { return t.Blocks[0].ID() }
 
 // Holder returns the key that holds the grant: the sub of the last block.
-func (t *Token) Holder() string { return t.Blocks[len(t.Blocks)-1].Payload.Sub }
+func (t *Token) Holder() string { return t.Blocks[len(t.Blocks)-1].Sub }
 
 // Issuer returns the principal: the iss of the root block.
-func (t *Token) Issuer() string { return t.Blocks[0].Payload.Iss }
+func (t *Token) Issuer() string { return t.Blocks[0].Iss }
 
 // Expiry returns the earliest exp over all blocks, and false when no block
 // has a well-formed exp caveat.
@@ -390,7 +387,7 @@ func (t *Token) Expiry() (int64, bool) {
 func blockExpiry(b *Block) (int64, bool) {
 	var min int64
 	found := false
-	for _, c := range b.Payload.Caveats {
+	for _, c := range b.Caveats {
 		if c.Name != kindExp {
 			continue
 		}
@@ -429,20 +426,20 @@ func (t *Token) checkChain(cache *BlockCache) ([]string, *Error) {
 		b := &t.Blocks[i]
 		var keyText string
 		if i == 0 {
-			if b.Payload.Prev != "" {
+			if b.Prev != "" {
 				return nil, newError(codeUnauthorized, "root block has a prev")
 			}
-			keyText = b.Payload.Iss
+			keyText = b.Iss
 		} else {
-			if b.Payload.Iss != "" || b.Payload.Nonce != "" {
+			if b.Iss != "" || b.Nonce != "" {
 				return nil, newError(codeUnauthorized, fmt.Sprintf("block %d has an iss or nonce", i))
 			}
 			// Without this link a block could be moved under another
 			// chain whose holder happens to have the same key.
-			if b.Payload.Prev != ids[i-1] {
+			if b.Prev != ids[i-1] {
 				return nil, newError(codeUnauthorized, fmt.Sprintf("block %d: prev does not name block %d", i, i-1))
 			}
-			keyText = t.Blocks[i-1].Payload.Sub
+			keyText = t.Blocks[i-1].Sub
 		}
 		var err error
 		if signer, err = ParsePublicKey(keyText); err != nil {
@@ -510,14 +507,14 @@ func Issue(principal crypto.Signer, holder ed25519.PublicKey, caveats []Caveat, 
 	if err := checkNewCaveats(caveats); err != nil {
 		return nil, fmt.Errorf("issue: %w", err)
 	}
-	blk := Block{Payload: Payload{
+	blk := Block{
 		Iss:     FormatPublicKey(iss),
 		Sub:     FormatPublicKey(holder),
 		Caveats: append([]Caveat{}, caveats...),
 		Iat:     iat,
 		Nonce:   nonce,
-	}}
-	if blk.signed, err = marshalPayload(&blk.Payload, true); err != nil {
+	}
+	if blk.signed, err = marshalPayload(&blk, true); err != nil {
 		return nil, fmt.Errorf("issue: %w", err)
 	}
 	if blk.Sig, err = signAs(principal, iss, blk.signed); err != nil {
@@ -550,13 +547,13 @@ func (t *Token) Delegate(holder crypto.Signer, to ed25519.PublicKey, caveats []C
 	if err := checkNewCaveats(caveats); err != nil {
 		return nil, fmt.Errorf("delegate: %w", err)
 	}
-	blk := Block{Payload: Payload{
+	blk := Block{
 		Prev:    t.Blocks[len(t.Blocks)-1].ID(),
 		Sub:     FormatPublicKey(to),
 		Caveats: append([]Caveat{}, caveats...),
 		Iat:     iat,
-	}}
-	if blk.signed, err = marshalPayload(&blk.Payload, false); err != nil {
+	}
+	if blk.signed, err = marshalPayload(&blk, false); err != nil {
 		return nil, fmt.Errorf("delegate: %w", err)
 	}
 	if blk.Sig, err = signHolder(holder, blk.signed); err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func allCaveats() []Caveat {
@@ -37,7 +38,7 @@ func TestIssueDecodeRoundTrip(t *testing.T) {
 		t.Error("decoded token re-encodes differently")
 	}
 	for i := range tok.Blocks {
-		if diff := cmp.Diff(tok.Blocks[i].Payload, got.Blocks[i].Payload); diff != "" {
+		if diff := cmp.Diff(payloadOf(tok.Blocks[i]), payloadOf(got.Blocks[i]), cmpopts.IgnoreUnexported(Block{})); diff != "" {
 			t.Errorf("block %d payload (-issued +decoded):\n%s", i, diff)
 		}
 		if string(tok.Blocks[i].Sig) != string(got.Blocks[i].Sig) {
@@ -47,7 +48,7 @@ func TestIssueDecodeRoundTrip(t *testing.T) {
 	if err := got.CheckChain(); err != nil {
 		t.Fatal(err)
 	}
-	if got.ID() != root.ID() || got.Blocks[1].Payload.Prev != root.ID() {
+	if got.ID() != root.ID() || got.Blocks[1].Prev != root.ID() {
 		t.Error("grant id or prev link is not the root block id")
 	}
 	if got.Holder() != pubText(keySub) || got.Issuer() != principalPub {
@@ -282,7 +283,7 @@ func TestDelegate(t *testing.T) {
 func TestCheckChain(t *testing.T) {
 	root := issue(t, Can("shop.*"))
 	good := delegate(t, root, keyAgent, keySub, Verbs("ASK"))
-	deleg := good.Blocks[1].Payload
+	deleg := payloadOf(good.Blocks[1])
 
 	brokenPrev := deleg
 	brokenPrev.Prev = b64.EncodeToString(make([]byte, 32))
@@ -295,7 +296,7 @@ func TestCheckChain(t *testing.T) {
 	otherRoot := issue(t, Can("*"))
 	spliced := &Token{Blocks: []Block{otherRoot.Blocks[0], good.Blocks[1]}}
 
-	rootWithPrev := root.Blocks[0].Payload
+	rootWithPrev := payloadOf(root.Blocks[0])
 	rootWithPrev.Prev = root.ID()
 
 	tests := []struct {
@@ -305,11 +306,11 @@ func TestCheckChain(t *testing.T) {
 		{"fail/broken-prev-link", &Token{Blocks: []Block{root.Blocks[0], forgeBlock(t, keyAgent, brokenPrev, false)}}},
 		{"fail/delegation-signed-by-wrong-key", &Token{Blocks: []Block{root.Blocks[0], forgeBlock(t, keyMallory, wrongSigner, false)}}},
 		{"fail/delegation-signed-by-principal", &Token{Blocks: []Block{root.Blocks[0], forgeBlock(t, keyPrincipal, wrongSigner, false)}}},
-		{"fail/root-signed-by-holder", &Token{Blocks: []Block{forgeBlock(t, keyAgent, root.Blocks[0].Payload, true)}}},
+		{"fail/root-signed-by-holder", &Token{Blocks: []Block{forgeBlock(t, keyAgent, payloadOf(root.Blocks[0]), true)}}},
 		{"fail/tampered-delegation", &tampered},
 		{"fail/block-spliced-under-other-root", spliced},
 		{"fail/no-blocks", &Token{}},
-		{"fail/root-with-prev", &Token{Blocks: []Block{{Payload: rootWithPrev, Sig: root.Blocks[0].Sig}}}},
+		{"fail/root-with-prev", &Token{Blocks: []Block{withSig(rootWithPrev, root.Blocks[0].Sig)}}},
 	}
 	if err := good.CheckChain(); err != nil {
 		t.Fatalf("good chain: %v", err)
@@ -347,7 +348,7 @@ func TestConsent(t *testing.T) {
 	}
 	// Exactly the five caveats of §6.6, errata 3, in this order.
 	want := `[{"svc":["shop.example"]},{"verbs":["COMMIT"]},{"can":["shop.order"]},{"only":"HASH_OK"},{"exp":1790000600}]`
-	got, err := canonical(tok.Blocks[0].Payload.Caveats)
+	got, err := canonical(tok.Blocks[0].Caveats)
 	if err != nil {
 		t.Fatal(err)
 	}

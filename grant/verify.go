@@ -166,7 +166,7 @@ func verifyOne(s string, trusted []string, ctx *Context) (*Result, *Error) {
 	var spendBlocks []string
 	for i := range t.Blocks {
 		counted := false
-		for _, c := range t.Blocks[i].Payload.Caveats {
+		for _, c := range t.Blocks[i].Caveats {
 			if c.Name == kindSpend && !counted {
 				counted = true
 				spendBlocks = append(spendBlocks, ids[i])

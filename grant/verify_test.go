@@ -193,7 +193,7 @@ func tokenWithCaveat(t *testing.T, caveat string) string {
 	if err := c.UnmarshalJSON([]byte(caveat)); err != nil {
 		t.Fatal(err)
 	}
-	p := Payload{Iss: principalPub, Sub: pubText(keyAgent), Caveats: []Caveat{c}, Iat: testNow, Nonce: "n"}
+	p := Block{Iss: principalPub, Sub: pubText(keyAgent), Caveats: []Caveat{c}, Iat: testNow, Nonce: "n"}
 	tok := &Token{Blocks: []Block{forgeBlock(t, keyPrincipal, p, true)}}
 	return tok.Encode()
 }

@@ -757,7 +757,7 @@ func TestConsentApproved(t *testing.T) {
 	}
 	// Property 5: exactly the five caveats of §6.6, in order.
 	want, _ := json.Marshal(grant.ConsentCaveats("shop.example", "shop.order", hash, exp))
-	got, _ := json.Marshal(tok.Blocks[0].Payload.Caveats)
+	got, _ := json.Marshal(tok.Blocks[0].Caveats)
 	if string(got) != string(want) {
 		t.Errorf("caveats = %s\nwant %s", got, want)
 	}

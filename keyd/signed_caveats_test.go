@@ -173,7 +173,7 @@ func TestSignedCaveatsUnchanged(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		signed, err := json.Marshal(tok.Blocks[0].Payload.Caveats)
+		signed, err := json.Marshal(tok.Blocks[0].Caveats)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,7 @@ Example: give a sub-agent read-only use of the calendar for ten minutes:
 					"a broken grant authorizes nothing; get a new one")
 			}
 			for i, b := range t.Blocks {
-				for _, c := range b.Payload.Caveats {
+				for _, c := range b.Caveats {
 					if err := c.Check(); err != nil {
 						return failCode(exitForbidden, fmt.Errorf("the grant authorizes nothing: block %d: %v", i, err),
 							"a verifier refuses a caveat it does not know or cannot read (§6.3)")

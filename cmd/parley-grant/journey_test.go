@@ -488,7 +488,7 @@ func TestJourneyConsentRoundTrip(t *testing.T) {
 		t.Fatalf("consent grant %q: %v", c, err)
 	}
 	var names []string
-	for _, cv := range ct.Blocks[0].Payload.Caveats {
+	for _, cv := range ct.Blocks[0].Caveats {
 		names = append(names, cv.Name)
 	}
 	if strings.Join(names, ",") != "svc,verbs,can,only,exp" || ct.Holder() != pubOf(key) || ct.Issuer() != principal {

@@ -720,7 +720,7 @@ func (t *mcpTools) attenuate(ctx context.Context, req *mcp.CallToolRequest, in a
 			Fix: "a broken grant authorizes nothing; get a new one"}
 	}
 	for i, b := range tok.Blocks {
-		for _, c := range b.Payload.Caveats {
+		for _, c := range b.Caveats {
 			if err := c.Check(); err != nil {
 				return nil, out, &toolError{Code: "forbidden", Message: fmt.Sprintf("the grant authorizes nothing: block %d: %v", i, err)}
 			}

@@ -100,16 +100,16 @@ func Describe(t *grant.Token, now int64) []BlockInfo {
 		info := BlockInfo{
 			Index:   i,
 			ID:      b.ID(),
-			Holder:  b.Payload.Sub,
-			Caveats: b.Payload.Caveats,
-			Iat:     b.Payload.Iat,
+			Holder:  b.Sub,
+			Caveats: b.Caveats,
+			Iat:     b.Iat,
 		}
 		if i == 0 {
-			info.Signer = b.Payload.Iss
+			info.Signer = b.Iss
 		} else {
-			info.Signer = t.Blocks[i-1].Payload.Sub
+			info.Signer = t.Blocks[i-1].Sub
 		}
-		for _, c := range b.Payload.Caveats {
+		for _, c := range b.Caveats {
 			info.Words = append(info.Words, DescribeCaveat(c))
 		}
 		info.Expires, info.HasExpiry = blockExpiry(b)
@@ -124,7 +124,7 @@ func Describe(t *grant.Token, now int64) []BlockInfo {
 func blockExpiry(b *grant.Block) (int64, bool) {
 	var min int64
 	found := false
-	for _, c := range b.Payload.Caveats {
+	for _, c := range b.Caveats {
 		if c.Name != "exp" {
 			continue
 		}

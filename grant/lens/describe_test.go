@@ -81,7 +81,7 @@ func TestDescribe(t *testing.T) {
 	want := []BlockInfo{
 		{
 			Index: 0, ID: root.ID(), Signer: grant.FormatPublicKey(pub(keyPrincipal)), Holder: pubText(keyAgent),
-			Caveats: root.Blocks[0].Payload.Caveats,
+			Caveats: root.Blocks[0].Caveats,
 			Words: []string{
 				"only at service shop.example",
 				"expires at " + FormatTime(testNow+3600),
@@ -91,7 +91,7 @@ func TestDescribe(t *testing.T) {
 		},
 		{
 			Index: 1, ID: tok.Blocks[1].ID(), Signer: pubText(keyAgent), Holder: pubText(keySub),
-			Caveats: tok.Blocks[1].Payload.Caveats,
+			Caveats: tok.Blocks[1].Caveats,
 			Words: []string{
 				"only capability shop.search",
 				"expires at " + FormatTime(testNow-1),
