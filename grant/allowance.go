@@ -37,7 +37,7 @@ func (t *Token) allowance() allowance {
 		for _, c := range t.Blocks[i].Caveats {
 			switch c.Name {
 			case kindSvc, kindVerbs, kindCan:
-				ss, err := c.Strings()
+				ss, err := c.readStrings()
 				if err != nil {
 					continue
 				}
@@ -50,15 +50,15 @@ func (t *Token) allowance() allowance {
 					a.Can = append(a.Can, ss)
 				}
 			case kindExp:
-				if n, err := c.Int(); err == nil && (!a.HasExp || n < a.Exp) {
+				if n, err := c.readInt(); err == nil && (!a.HasExp || n < a.Exp) {
 					a.Exp, a.HasExp = n, true
 				}
 			case kindNbf:
-				if n, err := c.Int(); err == nil && (!a.HasNbf || n > a.Nbf) {
+				if n, err := c.readInt(); err == nil && (!a.HasNbf || n > a.Nbf) {
 					a.Nbf, a.HasNbf = n, true
 				}
 			case kindPer, kindSpend:
-				if m, err := c.Money(); err == nil {
+				if m, err := c.readMoney(); err == nil {
 					if c.Name == kindPer {
 						a.Per = append(a.Per, m)
 					} else {
@@ -66,7 +66,7 @@ func (t *Token) allowance() allowance {
 					}
 				}
 			case kindRisk:
-				if s, err := c.Text(); err == nil {
+				if s, err := c.readText(); err == nil {
 					if r, ok := riskRank(s); ok {
 						if cur, _ := riskRank(a.Risk); a.Risk == "" || r < cur {
 							a.Risk = s
@@ -74,7 +74,7 @@ func (t *Token) allowance() allowance {
 					}
 				}
 			case kindOnly:
-				if s, err := c.Text(); err == nil {
+				if s, err := c.readText(); err == nil {
 					a.Only = append(a.Only, s)
 				}
 			}
@@ -142,7 +142,7 @@ func (a allowance) narrowing(c Caveat, now int64) Narrowing {
 	}
 	switch c.Name {
 	case kindSvc, kindVerbs:
-		news, _ := c.Strings()
+		news, _ := c.readStrings()
 		allowed := a.Svc
 		if c.Name == kindVerbs {
 			allowed = a.Verbs
@@ -159,18 +159,18 @@ func (a allowance) narrowing(c Caveat, now int64) Narrowing {
 			n.Narrows, n.By = false, Caveat{Name: c.Name, Value: stringsValue(allowed)}
 		}
 	case kindCan:
-		news, _ := c.Strings()
+		news, _ := c.readStrings()
 		for _, p := range a.Can {
 			if coversAll(news, p) {
 				return Narrowing{By: Can(p...)}
 			}
 		}
 	case kindExp:
-		if v, _ := c.Int(); a.HasExp && v >= a.Exp {
+		if v, _ := c.readInt(); a.HasExp && v >= a.Exp {
 			n.Narrows, n.By = false, Exp(a.Exp)
 		}
 	case kindNbf:
-		v, _ := c.Int()
+		v, _ := c.readInt()
 		switch {
 		case a.HasNbf && v <= a.Nbf:
 			n.Narrows, n.By = false, Nbf(a.Nbf)
@@ -178,7 +178,7 @@ func (a allowance) narrowing(c Caveat, now int64) Narrowing {
 			n.Narrows = false
 		}
 	case kindPer, kindSpend:
-		m, _ := c.Money()
+		m, _ := c.readMoney()
 		limits, mk := a.Per, Per
 		if c.Name == kindSpend {
 			limits, mk = a.Spend, Spend
@@ -189,13 +189,13 @@ func (a allowance) narrowing(c Caveat, now int64) Narrowing {
 			}
 		}
 	case kindRisk:
-		s, _ := c.Text()
+		s, _ := c.readText()
 		r, _ := riskRank(s)
 		if cur, ok := riskRank(a.Risk); ok && cur <= r {
 			n.Narrows, n.By = false, Risk(a.Risk)
 		}
 	case kindOnly:
-		s, _ := c.Text()
+		s, _ := c.readText()
 		switch {
 		case slices.Contains(a.Only, s):
 			n.Narrows, n.By = false, Only(s)

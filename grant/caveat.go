@@ -139,16 +139,16 @@ func (c Caveat) Check() error {
 	var err error
 	switch c.Name {
 	case kindSvc, kindVerbs, kindCan:
-		_, err = c.Strings()
+		_, err = c.readStrings()
 	case kindExp, kindNbf:
-		_, err = c.Int()
+		_, err = c.readInt()
 	case kindPer, kindSpend:
-		_, err = c.Money()
+		_, err = c.readMoney()
 	case kindOnly:
-		_, err = c.Text()
+		_, err = c.readText()
 	case kindRisk:
 		var s string
-		if s, err = c.Text(); err == nil {
+		if s, err = c.readText(); err == nil {
 			if _, ok := riskRank(s); !ok {
 				err = fmt.Errorf("risk level %q is not low, medium or high", s)
 			}
@@ -164,8 +164,30 @@ func (c Caveat) Check() error {
 
 var errWholeValue = errors.New("trailing data after the value")
 
-// Strings returns the value of a list caveat (svc, verbs, can).
-func (c Caveat) Strings() ([]string, error) {
+// CaveatValue returns the value of c as a T: the list of a svc, verbs or
+// can caveat as []string, the time of an exp or nbf as int64, the limit of a
+// per or spend as Money (whose Amount is max), the level of a risk or the
+// hash of an only as string. Its error says how the value is not a
+// canonical T within a token's caps (Check gives it too); it does not look
+// at c.Name.
+func CaveatValue[T []string | int64 | Money | string](c Caveat) (T, error) {
+	var v T
+	var err error
+	switch p := any(&v).(type) {
+	case *[]string:
+		*p, err = c.readStrings()
+	case *int64:
+		*p, err = c.readInt()
+	case *Money:
+		*p, err = c.readMoney()
+	case *string:
+		*p, err = c.readText()
+	}
+	return v, err
+}
+
+// readStrings returns the value of a list caveat (svc, verbs, can).
+func (c Caveat) readStrings() ([]string, error) {
 	r := &jsontext.Canon{B: c.Value}
 	if err := r.Expect('['); err != nil {
 		return nil, errors.New("want an array of strings")
@@ -201,8 +223,8 @@ func (c Caveat) Strings() ([]string, error) {
 	return out, nil
 }
 
-// Int returns the value of an integer caveat (exp, nbf).
-func (c Caveat) Int() (int64, error) {
+// readInt returns the value of an integer caveat (exp, nbf).
+func (c Caveat) readInt() (int64, error) {
 	r := &jsontext.Canon{B: c.Value}
 	if c := r.Peek(); c != '-' && !jsontext.IsDigit(c) {
 		return 0, errors.New("want an integer")
@@ -217,8 +239,8 @@ func (c Caveat) Int() (int64, error) {
 	return n, nil
 }
 
-// Money returns the value of a money caveat (per, spend): Amount is max.
-func (c Caveat) Money() (Money, error) {
+// readMoney returns the value of a money caveat (per, spend): Amount is max.
+func (c Caveat) readMoney() (Money, error) {
 	r := &jsontext.Canon{B: c.Value}
 	bad := errors.New(`want {"currency": string, "max": int}`)
 	if !r.Lit(`{"currency":`) || r.Peek() != '"' {
@@ -244,8 +266,8 @@ func (c Caveat) Money() (Money, error) {
 	return Money{Amount: n, Currency: cur}, nil
 }
 
-// Text returns the value of a string caveat (risk, only).
-func (c Caveat) Text() (string, error) {
+// readText returns the value of a string caveat (risk, only).
+func (c Caveat) readText() (string, error) {
 	r := &jsontext.Canon{B: c.Value}
 	if r.Peek() != '"' {
 		return "", errors.New("want a string")

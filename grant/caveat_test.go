@@ -2,6 +2,7 @@ package grant
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -115,5 +116,27 @@ func TestCaveatJSON(t *testing.T) {
 	// Constructors never produce invalid UTF-8.
 	if got := Svc("\xff").String(); got != `{"svc":["`+"\uFFFD"+`"]}` {
 		t.Errorf("Svc(invalid UTF-8) = %s", got)
+	}
+}
+
+func TestCaveatValue(t *testing.T) {
+	if v, err := CaveatValue[[]string](Can("a.*", "b")); err != nil || strings.Join(v, " ") != "a.* b" {
+		t.Errorf("[]string: %q %v", v, err)
+	}
+	if v, err := CaveatValue[int64](Exp(1790000000)); err != nil || v != 1790000000 {
+		t.Errorf("int64: %d %v", v, err)
+	}
+	if v, err := CaveatValue[Money](Per(Money{1250, "USD"})); err != nil || v != (Money{1250, "USD"}) {
+		t.Errorf("Money: %v %v", v, err)
+	}
+	if v, err := CaveatValue[string](Risk("low")); err != nil || v != "low" {
+		t.Errorf("string: %q %v", v, err)
+	}
+	// The value is read as the type asked for, whatever the kind.
+	if _, err := CaveatValue[int64](Svc("a")); err == nil {
+		t.Error("a list read as an integer: no error")
+	}
+	if _, err := CaveatValue[[]string](Caveat{Name: "svc", Value: []byte(`["a",1]`)}); err == nil {
+		t.Error("a list with a number read as strings: no error")
 	}
 }

@@ -96,7 +96,7 @@
 //
 // This package alone says what a caveat means. Svc, Verbs, Can, Exp, Nbf,
 // Per, Spend, Risk and Only build the caveats of §6.3, Caveat.Check checks
-// one and its accessors (Strings, Int, Money, Text) read its value; a caveat
+// one and CaveatValue reads its value; a caveat
 // kind or a risk level is the spec's string ("exp", "low"), compared as
 // such. ParseRequest checks the caveats of a request for a new grant
 // (kinds, values, repeats, verbs, patterns, times, money) and returns a

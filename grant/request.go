@@ -122,7 +122,7 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 		seen[c.Name] = true
 		switch c.Name {
 		case kindSvc, kindVerbs, kindCan:
-			list, _ := c.Strings()
+			list, _ := c.readStrings()
 			if len(list) == 0 {
 				return bad(emptyList, c.Name, "caveat %q has an empty list, which would allow nothing", c.Name)
 			}
@@ -145,14 +145,14 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 				r.Can = list
 			}
 		case kindExp:
-			r.Exp, _ = c.Int()
+			r.Exp, _ = c.readInt()
 			if r.Exp <= now {
 				return bad(expiryPassed, c.Name, "the expiry %d is not in the future", r.Exp)
 			}
 		case kindNbf:
-			r.Nbf, _ = c.Int()
+			r.Nbf, _ = c.readInt()
 		case kindPer, kindSpend:
-			m, _ := c.Money()
+			m, _ := c.readMoney()
 			if m.Amount < 0 {
 				return bad(negativeAmount, c.Name, "caveat %q has a negative amount", c.Name)
 			}
@@ -162,7 +162,7 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 				r.Spend = &m
 			}
 		case kindRisk:
-			r.Risk, _ = c.Text()
+			r.Risk, _ = c.readText()
 		case kindOnly:
 			return bad(onlyNotAsked, c.Name, "an \"only\" caveat belongs in a consent grant")
 		}

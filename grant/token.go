@@ -391,7 +391,7 @@ func blockExpiry(b *Block) (int64, bool) {
 		if c.Name != kindExp {
 			continue
 		}
-		if e, err := c.Int(); err == nil && (!found || e < min) {
+		if e, err := c.readInt(); err == nil && (!found || e < min) {
 			min, found = e, true
 		}
 	}

@@ -219,7 +219,7 @@ func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 	commit := ctx.Verb == "COMMIT"
 	switch c.Name {
 	case kindSvc, kindVerbs, kindCan:
-		list, err := c.Strings()
+		list, err := c.readStrings()
 		if err != nil {
 			return failHard
 		}
@@ -241,7 +241,7 @@ func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 		}
 		return failHard
 	case kindExp, kindNbf:
-		n, err := c.Int()
+		n, err := c.readInt()
 		switch {
 		case err != nil:
 			return failHard
@@ -250,7 +250,7 @@ func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 		}
 		return failHard
 	case kindPer:
-		max, err := c.Money()
+		max, err := c.readMoney()
 		switch {
 		case err != nil:
 			return failHard
@@ -263,7 +263,7 @@ func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 		}
 		return failSoft
 	case kindSpend:
-		max, err := c.Money()
+		max, err := c.readMoney()
 		switch {
 		case err != nil:
 			return failHard
@@ -285,7 +285,7 @@ func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 		}
 		return pass
 	case kindRisk:
-		level, err := c.Text()
+		level, err := c.readText()
 		if err != nil {
 			return failHard
 		}
@@ -301,7 +301,7 @@ func evalCaveat(c Caveat, ctx *Context, blockID string) outcome {
 		}
 		return failSoft
 	case kindOnly:
-		h, err := c.Text()
+		h, err := c.readText()
 		switch {
 		case err != nil:
 			return failHard

@@ -303,7 +303,7 @@ func TestRenderedWhole(t *testing.T) {
 	var can []string
 	for _, cv := range v.Scope.Caveats {
 		if cv.Name == "can" {
-			can, _ = cv.Strings()
+			can, _ = grant.CaveatValue[[]string](cv)
 		}
 	}
 	if len(can) != 22 || can[21] != "files.*" {

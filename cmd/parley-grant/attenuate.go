@@ -137,50 +137,50 @@ func narrowNotes(t *grant.Token, cavs []grant.Caveat, now int64) []argText {
 					strings.Join(n.Outside, ","), plural(len(n.Outside), "this "+what, "these "+what+"s")))
 			}
 			if !n.Narrows {
-				allowed, _ := n.By.Strings()
+				allowed, _ := grant.CaveatValue[[]string](n.By)
 				notes = append(notes, argf("%s narrows nothing: the grant already allows only %s", argName(c.Name), wordsOrNone(allowed)))
 			}
 		case "can":
 			if !n.Narrows {
-				p, _ := n.By.Strings()
+				p, _ := grant.CaveatValue[[]string](n.By)
 				notes = append(notes, argf("%s narrows nothing: the grant already allows only %s", argName("can"), strings.Join(p, ", ")))
 			}
 		case "exp":
 			if !n.Narrows {
-				v, _ := c.Int()
-				exp, _ := n.By.Int()
+				v, _ := grant.CaveatValue[int64](c)
+				exp, _ := grant.CaveatValue[int64](n.By)
 				notes = append(notes, argf("%s %s narrows nothing: the grant already expires at %s", argName("exp"), timeWords(v), timeWords(exp)))
 			}
 		case "nbf":
-			v, _ := c.Int()
+			v, _ := grant.CaveatValue[int64](c)
 			switch {
 			case n.Narrows:
 			case n.By.Name == "nbf":
-				nbf, _ := n.By.Int()
+				nbf, _ := grant.CaveatValue[int64](n.By)
 				notes = append(notes, argf("%s %s narrows nothing: the grant is already not valid before %s", argName("nbf"), timeWords(v), timeWords(nbf)))
 			default:
 				notes = append(notes, argf("%s %s narrows nothing: that time has passed", argName("nbf"), timeWords(v)))
 			}
 		case "per", "spend":
 			if !n.Narrows {
-				m, _ := c.Money()
-				p, _ := n.By.Money()
+				m, _ := grant.CaveatValue[grant.Money](c)
+				p, _ := grant.CaveatValue[grant.Money](n.By)
 				notes = append(notes, argf("%s %s narrows nothing: the grant already has %s %s", argName(c.Name),
 					m.String(), c.Name, p.String()))
 			}
 		case "risk":
 			if !n.Narrows {
-				s, _ := c.Text()
-				ceiling, _ := n.By.Text()
+				s, _ := grant.CaveatValue[string](c)
+				ceiling, _ := grant.CaveatValue[string](n.By)
 				notes = append(notes, argf("%s %s narrows nothing: the grant already allows at most risk %s", argName("risk"), s, ceiling))
 			}
 		case "only":
-			s, _ := c.Text()
+			s, _ := grant.CaveatValue[string](c)
 			switch {
 			case !n.Narrows:
 				notes = append(notes, argf("%s narrows nothing: the grant already commits only that proposal", argName("only")))
 			case n.Excludes:
-				other, _ := n.By.Text()
+				other, _ := grant.CaveatValue[string](n.By)
 				notes = append(notes, argf("%s %s: the grant commits only the proposal %s, so no COMMIT can pass both", argName("only"), s, other))
 			}
 		}

@@ -29,31 +29,31 @@ func DescribeCaveat(c grant.Caveat) string {
 func caveatWords(c grant.Caveat) (string, bool) {
 	switch c.Name {
 	case "svc":
-		ss, _ := c.Strings()
+		ss, _ := grant.CaveatValue[[]string](c)
 		return "only at " + plural(len(ss), "service", "services") + listWords(ss), true
 	case "verbs":
-		ss, _ := c.Strings()
+		ss, _ := grant.CaveatValue[[]string](c)
 		return "only " + plural(len(ss), "the verb", "the verbs") + listWords(ss), true
 	case "can":
-		ss, _ := c.Strings()
+		ss, _ := grant.CaveatValue[[]string](c)
 		return "only " + plural(len(ss), "capability", "capabilities") + listWords(ss), true
 	case "exp":
-		n, _ := c.Int()
+		n, _ := grant.CaveatValue[int64](c)
 		return "expires at " + FormatTime(n), true
 	case "nbf":
-		n, _ := c.Int()
+		n, _ := grant.CaveatValue[int64](c)
 		return "not before " + FormatTime(n), true
 	case "per":
-		m, _ := c.Money()
+		m, _ := grant.CaveatValue[grant.Money](c)
 		return "commits cost at most " + m.String() + " each", true
 	case "spend":
-		m, _ := c.Money()
+		m, _ := grant.CaveatValue[grant.Money](c)
 		return "commits cost at most " + m.String() + " in total", true
 	case "risk":
-		s, _ := c.Text()
+		s, _ := grant.CaveatValue[string](c)
 		return "commits only of proposals with risk " + s + " or lower", true
 	case "only":
-		s, _ := c.Text()
+		s, _ := grant.CaveatValue[string](c)
 		return "commits only the proposal with hash " + s, true
 	}
 	return "", false
@@ -128,7 +128,7 @@ func blockExpiry(b *grant.Block) (int64, bool) {
 		if c.Name != "exp" {
 			continue
 		}
-		if e, err := c.Int(); err == nil && (!found || e < min) {
+		if e, err := grant.CaveatValue[int64](c); err == nil && (!found || e < min) {
 			min, found = e, true
 		}
 	}
