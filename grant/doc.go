@@ -86,7 +86,7 @@
 //
 // MakeProof and VerifyProof implement §6.5 with its window of ±300 seconds.
 // ParseProposal reads a proposal once, strictly, and computes its hash of
-// §5.1 from that reading (ContentHash); its fields, its hash and its
+// §5.1 from that reading (Hashed); its fields, its hash and its
 // Display all come from that one parse. CheckConsent is the check a consent
 // request must pass before it is ever shown to a human: the parsed proposal
 // the agent received hashes to the consent's hash and matches its id,

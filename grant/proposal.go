@@ -76,15 +76,13 @@ func (p *Proposal) caveatHash() string {
 	return p.Hash
 }
 
-// ContentHash returns the hash of §5.1 that ParseProposal computed from the
-// proposal's content: b64url(sha256(HashedBytes())). It is "" for a
-// Proposal that ParseProposal did not return.
-func (p *Proposal) ContentHash() string { return p.hash }
-
-// HashedBytes returns canonical(proposal without "hash" and "data") (§5.1,
-// §10): exactly the bytes ContentHash covers. It is nil for a Proposal that
-// ParseProposal did not return.
-func (p *Proposal) HashedBytes() []byte { return append([]byte(nil), p.hashed...) }
+// Hashed returns what ParseProposal computed from the proposal's content:
+// canonical(proposal without "hash" and "data") (§5.1, §10), the bytes
+// the hash covers, and the hash of §5.1, b64url(sha256(those bytes)). For
+// a Proposal that ParseProposal did not return they are nil and "".
+func (p *Proposal) Hashed() (canonical []byte, hash string) {
+	return append([]byte(nil), p.hashed...), p.hash
+}
 
 // ProposalHash returns b64url(sha256(canonical(proposal without "hash" and
 // "data"))) for a proposal given as JSON (§5.1). It reads raw as
@@ -163,8 +161,8 @@ func hashProposalMap(m map[string]any) ([]byte, string, error) {
 // refused: a reader that folds case would see another proposal.
 // Other unknown members are kept for the hash only.
 //
-// From that one parse it computes the hash (ContentHash) and keeps the
-// bytes the hash covers (HashedBytes) and what Display shows.
+// From that one parse it computes the hash and keeps the bytes the hash
+// covers (Hashed) and what Display shows.
 func ParseProposal(raw []byte) (*Proposal, error) {
 	m, data, err := parseProposalObject(raw)
 	if err != nil {
@@ -376,7 +374,7 @@ func intField(m map[string]any, k string) (int64, error) {
 // CheckConsent is the check a consent request must pass before it is shown
 // to a human (§6.6): p is the proposal the agent received from service, as
 // ParseProposal read it. It returns nil when c's hash equals p's
-// ContentHash (and p's own hash field, if any), c names p's id, service and
+// content hash (Hashed; and p's own hash field, if any), c names p's id, service and
 // capability, p has not expired at now, and c does not outlive it. Errors
 // are *Error: invalid_params for a proposal ParseProposal did not return,
 // conflict for a mismatch, expired for a proposal or request past its

@@ -212,13 +212,14 @@ func TestProposalKeepsItsHash(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := ProposalHash([]byte(raw))
-	if err != nil || p.ContentHash() != h {
-		t.Fatalf("ContentHash %q, ProposalHash %q %v", p.ContentHash(), h, err)
+	hashed, ph := p.Hashed()
+	if err != nil || ph != h {
+		t.Fatalf("Hashed's hash %q, ProposalHash %q %v", ph, h, err)
 	}
-	c, err := CanonicalizeJSON(p.HashedBytes())
-	if err != nil || string(c) != string(p.HashedBytes()) || strings.Contains(string(c), `"data"`) || strings.Contains(string(c), "claimed") ||
+	c, err := CanonicalizeJSON(hashed)
+	if err != nil || string(c) != string(hashed) || strings.Contains(string(c), `"data"`) || strings.Contains(string(c), "claimed") ||
 		!strings.Contains(string(c), `"x-unknown":[1,{"b":2}]`) {
-		t.Errorf("HashedBytes = %s (%v)", p.HashedBytes(), err)
+		t.Errorf("Hashed's bytes = %s (%v)", hashed, err)
 	}
 	// Caveats see the computed hash, not the claimed one.
 	if got := p.caveatHash(); got != h || p.Hash != "claimed" {
@@ -245,8 +246,8 @@ func FuzzParseProposal(f *testing.F) {
 			return
 		}
 		h, err := ProposalHash(in)
-		if err != nil || h != p.ContentHash() {
-			t.Fatalf("ProposalHash %q %v, ContentHash %q", h, err, p.ContentHash())
+		if _, ph := p.Hashed(); err != nil || h != ph {
+			t.Fatalf("ProposalHash %q %v, Hashed's hash %q", h, err, ph)
 		}
 		var q Proposal
 		if err := DecodeStrict(in, &q); err != nil {

@@ -205,8 +205,9 @@ func (s *Server) renderConsent(r *request, id, agent, holder, service string, p 
 		out.line("%s", l)
 	}
 	out.line("The proposal expires %s.", s.relTime(p.Expires))
+	_, hash := p.Hashed()
 	out.line("The consent lets key %s COMMIT exactly this proposal (capability %s, hash %s), nothing else.",
-		holder, safe(p.Capability), p.ContentHash())
+		holder, safe(p.Capability), hash)
 	out.line("Policy rule %q asks you to decide.", safe(d.Rule))
 	if r.caller.Roles.Weak {
 		out.line("Note: this agent's user may also approve, so an approval from that user is weak.")

@@ -268,7 +268,7 @@ func readProposal(name string) (*grant.Proposal, error) {
 	if err != nil {
 		return nil, fail(fmt.Errorf("--proposal %s: %w", name, err), "")
 	}
-	if h := p.ContentHash(); p.Hash != "" && p.Hash != h {
+	if _, h := p.Hashed(); p.Hash != "" && p.Hash != h {
 		return nil, fail(fmt.Errorf("--proposal %s: its hash field does not match its content (the content hashes to %s)", name, h),
 			"the proposal was changed after it was hashed; get it again from the service")
 	}

@@ -66,13 +66,13 @@ func DisplayProposal(p json.RawMessage, maxField int) (string, error) {
 
 // Display is DisplayProposal of the part of p that its hash covers (§5.1:
 // everything but "hash" and "data"), rendered from the bytes p's hash was
-// computed over (p.HashedBytes), so that what the human is shown is what
+// computed over (p.Hashed), so that what the human is shown is what
 // the hash and the policy saw. "data" is left out because it is not
 // covered: an agent could put words of its own there ("this is a refund").
 // It returns an error for a Proposal that grant.ParseProposal did not
 // return.
 func Display(p *grant.Proposal, maxField int) (string, error) {
-	hashed := p.HashedBytes()
+	hashed, _ := p.Hashed()
 	if hashed == nil {
 		return "", errors.New("display: the proposal was not read by ParseProposal")
 	}

@@ -32,7 +32,8 @@ func TestDisplayShowsWhatTheHashCovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := DisplayProposal(p.HashedBytes(), 40)
+	hashed, _ := p.Hashed()
+	want, err := DisplayProposal(hashed, 40)
 	if err != nil || got != want {
 		t.Errorf("Display:\n%s\nDisplayProposal of the hashed bytes:\n%s (%v)", got, want, err)
 	}
@@ -55,7 +56,8 @@ func FuzzDisplay(f *testing.F) {
 			return
 		}
 		got, err1 := Display(p, 30)
-		want, err2 := DisplayProposal(p.HashedBytes(), 30)
+		hashed, _ := p.Hashed()
+		want, err2 := DisplayProposal(hashed, 30)
 		if err1 != nil || err2 != nil || got != want {
 			t.Fatalf("Display differs:\n%s\n%s\n%v %v", got, want, err1, err2)
 		}

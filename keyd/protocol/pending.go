@@ -95,8 +95,8 @@ type Scope struct {
 // ScopeProposal returns the Scope.Proposal of p: canonical(p without hash
 // and data), the bytes its hash covers, with "hash" added.
 func ScopeProposal(p *grant.Proposal) json.RawMessage {
-	hashed := p.HashedBytes()
-	h, _ := json.Marshal(p.ContentHash())
+	hashed, hash := p.Hashed()
+	h, _ := json.Marshal(hash)
 	out := append([]byte(`{"hash":`), h...)
 	if len(hashed) > 2 { // not "{}"
 		out = append(out, ',')
