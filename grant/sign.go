@@ -18,7 +18,8 @@ import (
 //   - A signer other than an in-process ed25519.PrivateKey (an HSM, a key
 //     service) is not trusted to return a valid signature: each one is
 //     verified against the key its Public method reports, for every use,
-//     here or, for a VerifyingSigner, by the signer itself.
+//     here or, for a signer that says it verifies (below), by the signer
+//     itself.
 //   - A holder's own in-process ed25519.PrivateKey (an agent's proof of
 //     possession, §6.5, or its delegation block) is not checked: a faulty
 //     signature fails where it is verified, and the agent's key sits in its
@@ -31,16 +32,17 @@ import (
 // key's expanded scalar in a long-lived cache, and a flipped bit there
 // makes both signatures equally wrong.
 
-// VerifyingSigner is a crypto.Signer that verifies every signature it
-// returns, with ed25519.Verify in this process, against the key its Public
-// method returns, and returns an error instead of a signature that fails.
-// The daemon's remote backends are such signers (an HSM's or a key
+// verifiesSignatures is what a crypto.Signer says, by having a method
+// VerifiesSignatures() that does nothing, when it verifies every signature
+// it returns, with ed25519.Verify in this process, against the key its
+// Public method returns, and returns an error instead of a signature that
+// fails. The daemon's remote backends are such signers (an HSM's or a key
 // service's signature is checked where it arrives): grant does not verify
 // their signatures a second time, which saved a grant from a key service
-// one ed25519.Verify (about 50 µs).
-type VerifyingSigner interface {
-	crypto.Signer
-	// VerifiesSignatures promises the check above; it does nothing.
+// one ed25519.Verify (about 50 µs). The contract is the method, as an Is
+// method is errors.Is's: a signer that lacks it costs one check more, and
+// is never trusted more.
+type verifiesSignatures interface {
 	VerifiesSignatures()
 }
 

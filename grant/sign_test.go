@@ -101,13 +101,13 @@ func TestSignHolderProofsVerify(t *testing.T) {
 }
 
 // verifyingSigner is a faultySigner that claims to verify its own
-// signatures (VerifyingSigner), as the daemon's remote backends do.
+// signatures (VerifiesSignatures), as the daemon's remote backends do.
 type verifyingSigner struct{ faultySigner }
 
 func (verifyingSigner) VerifiesSignatures() {}
 
-// TestSignVerifyingSigner checks what grant leaves to a VerifyingSigner and
-// what it still checks: a signature of the wrong length is refused; the
+// TestSignVerifyingSigner checks what grant leaves to a signer that
+// verifies and what it still checks: a signature of the wrong length is refused; the
 // check against the key is the signer's own, so a signer that broke its
 // promise would get a bad signature through (the backends' own tests hold
 // them to it: pkcs11 and transit refuse a signature that does not verify).
@@ -128,6 +128,6 @@ func TestSignVerifyingSigner(t *testing.T) {
 	}
 	broken := verifyingSigner{faultySigner{keyPrincipal, func(sig, _ []byte) ([]byte, error) { sig[9] ^= 4; return sig, nil }}}
 	if _, err := Issue(broken, pub(keyAgent), nil, testNow, "n"); err != nil {
-		t.Fatalf("grant verified a VerifyingSigner's signature itself: %v", err)
+		t.Fatalf("grant verified a verifying signer's signature itself: %v", err)
 	}
 }

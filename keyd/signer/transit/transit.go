@@ -181,12 +181,15 @@ func (s *Signer) signPath() string { return s.cfg.Mount + "/sign/" + s.cfg.Name 
 // Public returns the principal public key.
 func (s *Signer) Public() crypto.PublicKey { return append(ed25519.PublicKey(nil), s.pub...) }
 
-// VerifiesSignatures marks s as a grant.VerifyingSigner: Sign verifies
-// every signature against principal.pub, which Public returns, so grant
-// does not verify it again.
+// VerifiesSignatures tells grant that Sign verifies every signature
+// against principal.pub, which Public returns, so that grant does not
+// verify it again (grant's sign.go).
 func (s *Signer) VerifiesSignatures() {}
 
-var _ grant.VerifyingSigner = (*Signer)(nil)
+var _ interface {
+	crypto.Signer
+	VerifiesSignatures()
+} = (*Signer)(nil)
 
 // Describe names the backend, the key and the pinned version.
 func (s *Signer) Describe() signer.Description {
