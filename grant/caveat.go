@@ -318,7 +318,7 @@ func (c *Caveat) UnmarshalJSON(data []byte) error {
 		c.Name, c.Value = name, val
 		return nil
 	}
-	v, err := parseJSON(data)
+	v, err := jsontext.Parse(data)
 	if err != nil {
 		return fmt.Errorf("caveat: %w", err)
 	}

@@ -100,33 +100,7 @@ func ProposalHash(raw []byte) (string, error) {
 // parseProposalObject reads a proposal with DecodeStrict's rules into a
 // map of parsed values, and returns the exact bytes of its data member.
 func parseProposalObject(raw []byte) (map[string]any, []byte, error) {
-	d := &strictDecoder{jsonReader: jsonReader{Scanner: jsontext.Scanner{B: raw}}}
-	d.Space()
-	if d.I >= len(d.B) || d.B[d.I] != '{' {
-		if _, err := d.anyValue(0, false); err != nil {
-			return nil, nil, fmt.Errorf("proposal: %w", err)
-		}
-		return nil, nil, errors.New("proposal: not an object")
-	}
-	m := map[string]any{}
-	var data []byte
-	err := d.members(func(name []byte, _ int) error {
-		start := d.I
-		d.enter(name)
-		x, err := d.anyValue(1, true)
-		d.leave()
-		if string(name) == "data" {
-			data = append([]byte(nil), raw[start:d.I]...)
-		}
-		m[string(name)] = x
-		return err
-	})
-	if err == nil {
-		d.Space()
-		if d.I != len(d.B) {
-			err = d.fail(errors.New("data after the JSON value"))
-		}
-	}
+	m, data, err := jsontext.StrictObject(raw, "data")
 	if err != nil {
 		return nil, nil, fmt.Errorf("proposal: %w", err)
 	}
@@ -218,7 +192,7 @@ func checkProposalNames(m map[string]any) error {
 	return nil
 }
 
-// exactNames returns an errNameCase error for the first name of m, in code
+// exactNames returns a jsontext.ErrNameCase error for the first name of m, in code
 // point order, that is not in known but differs from one of them only in
 // case.
 func exactNames(m map[string]any, known []string, path string) error {
@@ -232,8 +206,8 @@ func exactNames(m map[string]any, known []string, path string) error {
 			continue
 		}
 		for _, kn := range known {
-			if foldName(k) == foldName(kn) || strings.EqualFold(k, kn) {
-				return &jsonError{Path: path, Name: k, Known: kn, Err: errNameCase}
+			if jsontext.FoldName(k) == jsontext.FoldName(kn) || strings.EqualFold(k, kn) {
+				return &jsontext.StrictError{Path: path, Name: k, Known: kn, Err: jsontext.ErrNameCase}
 			}
 		}
 	}

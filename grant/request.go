@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
 // The verbs of §4, in the spec's order.
@@ -109,9 +111,9 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 	for _, c := range caveats {
 		if !c.known() {
 			if known, ok := knownCaveatLike(c.Name); ok {
-				return bad(unknownCaveat, c.Name, "unknown caveat %s: caveat names are matched exactly; did you mean %q?", quoteName(c.Name), known)
+				return bad(unknownCaveat, c.Name, "unknown caveat %s: caveat names are matched exactly; did you mean %q?", jsontext.QuoteName(c.Name), known)
 			}
-			return bad(unknownCaveat, c.Name, "unknown caveat %s", quoteName(c.Name))
+			return bad(unknownCaveat, c.Name, "unknown caveat %s", jsontext.QuoteName(c.Name))
 		}
 		if err := c.Check(); err != nil {
 			return bad(malformedCaveat, c.Name, "caveat %q is malformed: %v", c.Name, err)
@@ -132,14 +134,14 @@ func ParseRequest(caveats []Caveat, now int64) (*Request, error) {
 			case kindVerbs:
 				for _, v := range list {
 					if !isParleyVerb(v) {
-						return bad(notAVerb, c.Name, "verb %s is not a Parley verb (%s)", quoteName(v), strings.Join(parleyVerbs[:], ", "))
+						return bad(notAVerb, c.Name, "verb %s is not a Parley verb (%s)", jsontext.QuoteName(v), strings.Join(parleyVerbs[:], ", "))
 					}
 				}
 				r.Verbs = list
 			case kindCan:
 				for _, p := range list {
 					if !ValidPattern(p) {
-						return bad(badPattern, c.Name, "capability pattern %s must be a name, a prefix ending in *, or *", quoteName(p))
+						return bad(badPattern, c.Name, "capability pattern %s must be a name, a prefix ending in *, or *", jsontext.QuoteName(p))
 					}
 				}
 				r.Can = list
@@ -220,7 +222,7 @@ func ValidPattern(p string) bool {
 // case, if any.
 func knownCaveatLike(name string) (string, bool) {
 	for _, k := range []string{kindSvc, kindVerbs, kindCan, kindExp, kindNbf, kindPer, kindSpend, kindRisk, kindOnly} {
-		if foldName(k) == foldName(name) || strings.EqualFold(k, name) {
+		if jsontext.FoldName(k) == jsontext.FoldName(name) || strings.EqualFold(k, name) {
 			return k, true
 		}
 	}

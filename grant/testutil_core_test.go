@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"testing"
+
+	"github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 )
 
 // The keys of grants.json.
@@ -100,3 +102,14 @@ func codeOf(err error) string {
 	}
 	return ""
 }
+
+// The strict reader's names, as the tests of DecodeStrict and ParseProposal
+// use them.
+type jsonError = jsontext.StrictError
+
+var (
+	errDuplicateName = jsontext.ErrDuplicateName
+	errNameCase      = jsontext.ErrNameCase
+	errUnknownName   = jsontext.ErrUnknownName
+	parseJSON        = jsontext.Parse
+)

@@ -1,10 +1,13 @@
 // Package jsontext is the one reader of JSON text in grant and grant/lens.
 // Every byte of JSON that an agent or a service wrote is read by its
 // Scanner: white space, literals, numbers and strings, with one set of
-// rules and one set of caps. The readers above it (DecodeStrict's reflect
-// walk, the canonical checker of tokens and caveats, the parse of a
-// proposal, the Lens tree) only walk the structure the Scanner reads and
-// never look at the bytes of a string or a number themselves.
+// rules and one set of caps. The readers above it only walk the structure
+// the Scanner reads and never look at the bytes of a string or a number
+// themselves: the strict reader (strict.go: DecodeStrict's reflect walk and
+// StrictObject, the parse of a proposal), which holds the rules on member
+// names (none twice, none that differs from a known one only in case), the
+// lenient tree of Parse, the canonical checker Canon of tokens and caveats,
+// and the Lens tree of grant/lens.
 //
 // A string is read in one of three ways:
 //
