@@ -9,7 +9,8 @@
 // what reflect says about a Go type (its JSON fields, whether it has an
 // UnmarshalJSON method): each entry is a function of the type alone, so no
 // result depends on which calls came before. The one cache of results,
-// BlockCache, is a value a caller makes and passes in Context.Cache.
+// BlockCache, is a value a caller makes (new(BlockCache)) and passes in
+// Context.Cache.
 // Signing goes through crypto.Signer, so a principal key can live in a key
 // service.
 //
@@ -17,9 +18,10 @@
 // can give the key away. Issue and IssueConsent therefore verify every
 // signature of the principal before a grant leaves, and every signer other
 // than an in-process ed25519.PrivateKey (an HSM, a key service) has each
-// signature verified against its key. Only a holder's own in-process key
-// signs its proofs and delegations unchecked: a bad one fails where it is
-// verified.
+// signature verified against its key, here or, when it has a
+// VerifiesSignatures method that says so, by the signer itself. Only a
+// holder's own in-process key signs its proofs and delegations unchecked:
+// a bad one fails where it is verified.
 //
 // # Keys
 //
@@ -36,13 +38,14 @@
 //
 // # Strict JSON
 //
-// DecodeStrict is the one reading of JSON that an agent or a service wrote:
-// names match struct fields exactly, a name that differs from a field's
-// only in case is an error, duplicate names are refused at any depth, and
-// invalid UTF-8 and trailing data are refused. Parsers that fold case or
-// keep the last of two names would otherwise read another document than
-// the one that was hashed, decided on and shown. An error names the member
-// at fault. DecodeStrictKnown also refuses members no field takes.
+// DecodeStrict is the one reading of JSON that an agent or a service wrote,
+// and ParseProposal reads through the same reader: names match struct
+// fields exactly, a name that differs from a field's only in case is an
+// error, duplicate names are refused at any depth, and invalid UTF-8 and
+// trailing data are refused. Parsers that fold case or keep the last of two
+// names would otherwise read another document than the one that was
+// hashed, decided on and shown. An error names the member at fault.
+// DecodeStrictKnown also refuses members no field takes.
 //
 // # Canonical JSON
 //
@@ -60,9 +63,9 @@
 // anything beyond its caps (MaxTokenLen bytes, 16 blocks, 32 caveats a
 // block, 1024 bytes a string, 64 items a list), each of which bounds the
 // work an attacker can cause; Verify looks at no more than MaxGrants grants
-// of one request. Issue signs a root grant, Delegate appends a narrower block signed
-// by the current holder, IssueConsent signs a consent grant with exactly the
-// five caveats of §6.6.
+// of one request. Issue signs a root grant, Delegate appends a narrower
+// block signed by the current holder, IssueConsent signs a consent grant
+// with exactly the five caveats of §6.6 (ConsentCaveats).
 //
 // # Verification
 //
@@ -86,8 +89,8 @@
 //
 // MakeProof and VerifyProof implement §6.5 with its window of ±300 seconds.
 // ParseProposal reads a proposal once, strictly, and computes its hash of
-// §5.1 from that reading (Hashed); its fields, its hash and its
-// Display all come from that one parse. CheckConsent is the check a consent
+// §5.1 from that reading (Hashed); its fields, its hash and what
+// grant/lens displays of it all come from that one parse. CheckConsent is the check a consent
 // request must pass before it is ever shown to a human: the parsed proposal
 // the agent received hashes to the consent's hash and matches its id,
 // service and capability, and has not expired.
@@ -96,15 +99,15 @@
 //
 // This package alone says what a caveat means. Svc, Verbs, Can, Exp, Nbf,
 // Per, Spend, Risk and Only build the caveats of §6.3, Caveat.Check checks
-// one and CaveatValue reads its value; a caveat
-// kind or a risk level is the spec's string ("exp", "low"), compared as
-// such. ParseRequest checks the caveats of a request for a new grant
-// (kinds, values, repeats, verbs, patterns, times, money) and returns a
-// Request, the one shape of a request and of a policy's decision, whose
-// Caveats method gives the caveats back; its errors are one sentence for the
-// requester. ParleyVerbs lists the verbs of §4, HELLO first and then those
-// that carry grants; ValidPattern checks a can pattern. Token.Narrowing says whether
-// a new caveat would narrow what a chain already allows.
+// one and CaveatValue reads its value; a caveat kind or a risk level is the
+// spec's string ("exp", "low"), compared as such. ParseRequest checks the
+// caveats of a request for a new grant (kinds, values, repeats, verbs,
+// patterns, times, money) and returns a Request, the one shape of a
+// request and of a policy's decision, whose Caveats method gives the
+// caveats back; its errors are one sentence for the requester. ParleyVerbs
+// lists the verbs of §4, HELLO first and then those that carry grants;
+// ValidPattern checks a can pattern. Token.Narrowing says whether a new
+// caveat would narrow what a chain already allows.
 //
 // # Errors
 //
