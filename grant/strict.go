@@ -2,14 +2,8 @@ package grant
 
 import "github.com/parley-keyd/parley-keyd/grant/internal/jsontext"
 
-// DecodeStrict is the one strict reading of JSON that an agent or a service
-// wrote (DESIGN.md property 9), done by grant/internal/jsontext. Go's
-// encoding/json matches object member names to struct fields without regard
-// to case and lets the last of two equal names win, so a document can mean
-// one thing to it and another to a reader that differs (a policy check, a
-// hash, a display): issue 10 item 3 added "Cost": null after a proposal's
-// real cost, and the policy saw a free proposal while the hash and the
-// human's detail lines covered 1000 USD.
+// The strict reader itself, and why there is one (DESIGN.md property 9), is
+// grant/internal/jsontext's strict.go.
 
 // DecodeStrict decodes the JSON value in data into v, which must be a
 // non-nil pointer, and reads it exactly one way:

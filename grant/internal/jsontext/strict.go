@@ -16,12 +16,13 @@ import (
 
 // This file is the one strict reading of JSON that an agent or a service
 // wrote (DESIGN.md property 9): grant.DecodeStrict and grant.ParseProposal
-// read through it. Go's encoding/json matches object member
-// names to struct fields without regard to case and lets the last of two
-// equal names win, so a document can mean one thing to it and another to a
+// read through it. Go's encoding/json matches object member names to
+// struct fields without regard to case and lets the last of two equal
+// names win, so a document can mean one thing to it and another to a
 // reader that differs (a policy check, a hash, a display): issue 10 item 3
-// added "Cost": null after a proposal's real cost, and the policy saw a free
-// proposal while the hash and the human's detail lines covered 1000 USD.
+// added "Cost": null after a proposal's real cost, and the policy saw a
+// free proposal while the hash and the human's detail lines covered 1000
+// USD.
 
 // Errors of DecodeStrict that name a member, for errors.Is. Each comes
 // wrapped in a *StrictError that says where.
