@@ -587,9 +587,21 @@ func (s *Server) explain(r *request) (*protocol.Frame, error) {
 	}
 	d := pol.Decide(r.caller.policy(body.Holder), req, now)
 	r.rec.Decision, r.rec.DecidedBy = "ok", &audit.Decider{Rule: d.Rule}
+	// A GRANT a remembered approval covers is issued at once, with its
+	// expiry cut to the slice: say so, as the GRANT would do it.
+	var under *rememberedApproval
+	if d.Action == policies.Ask {
+		if m, exp, at := s.coveringRemembered(r, d.Agent, d); m != nil {
+			cutToSlice(&d, m, req, exp, at)
+			under = m
+		}
+	}
 	out := map[string]any{
 		"action": d.Action, "agent": d.Agent, "rule": d.Rule, "reason": d.Reason,
 		"narrowed": d.Narrowed, "channels": d.Channels, "strong": d.Strong,
+	}
+	if under != nil {
+		out["remembered"], out["until"] = under.id, under.until
 	}
 	if d.Action != policies.Deny {
 		cavs := d.Grant.Caveats()

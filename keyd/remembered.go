@@ -387,15 +387,30 @@ func rememberedText(m *rememberedApproval) string {
 }
 
 // underRemembered issues r's GRANT under a remembered approval when one
-// covers it: the policy asks a human for it (d), d allows remembering, and
-// a live approval of the same agent and uid holds d's grant within its
-// scope, on a strong channel if d needs one. It then cuts d's expiry to the
-// slice and the approval's end, fills the record and reports true; else it
-// changes nothing and the request is decided as if nothing were
-// remembered.
+// covers it (coveringRemembered): it cuts d's expiry to the slice and the
+// approval's end, fills the record and reports true; else it changes
+// nothing and the request is decided as if nothing were remembered.
 func (s *Server) underRemembered(r *request, agent string, d *policies.Decision, req grant.Request) bool {
-	if d.Action != policies.Ask || d.Remember == 0 || r.caller.Device != "" {
+	m, exp, now := s.coveringRemembered(r, agent, *d)
+	if m == nil {
 		return false
+	}
+	cutToSlice(d, m, req, exp, now)
+	r.under = m
+	r.rec.Decision = "remembered"
+	r.rec.DecidedBy = &audit.Decider{Rule: d.Rule, Approver: m.approvedBy, Channel: m.channel, Strength: m.strength, Remembered: m.id}
+	return true
+}
+
+// coveringRemembered returns the live remembered approval that covers d
+// for r's caller, with the expiry a grant under it gets and the time that
+// was decided at: the policy asks a human for it (d), d allows
+// remembering, and an approval of the same agent and uid holds d's grant
+// within its scope, on a strong channel if d needs one. Nil when none
+// does. It changes nothing, so EXPLAIN asks it too.
+func (s *Server) coveringRemembered(r *request, agent string, d policies.Decision) (*rememberedApproval, int64, int64) {
+	if d.Action != policies.Ask || d.Remember == 0 || r.caller.Device != "" {
+		return nil, 0, 0
 	}
 	now := s.now()
 	for _, m := range s.remembered.live() {
@@ -417,16 +432,18 @@ func (s *Server) underRemembered(r *request, agent string, d *policies.Decision,
 		if exp <= now.Unix() || (d.Grant.Nbf != 0 && d.Grant.Nbf >= exp) {
 			continue
 		}
-		if req.Exp != 0 && exp < req.Exp {
-			d.Narrowed = append(d.Narrowed, fmt.Sprintf("expiry cut to %s, the slice of remembered approval %s", fmtSeconds(exp-now.Unix()), m.id))
-		}
-		d.Grant.Exp = exp
-		r.under = m
-		r.rec.Decision = "remembered"
-		r.rec.DecidedBy = &audit.Decider{Rule: d.Rule, Approver: m.approvedBy, Channel: m.channel, Strength: m.strength, Remembered: m.id}
-		return true
+		return m, exp, now.Unix()
 	}
-	return false
+	return nil, 0, 0
+}
+
+// cutToSlice sets d's expiry to exp, the one a grant under m gets, saying
+// so when that is earlier than the request asked.
+func cutToSlice(d *policies.Decision, m *rememberedApproval, req grant.Request, exp, now int64) {
+	if req.Exp != 0 && exp < req.Exp {
+		d.Narrowed = append(d.Narrowed, fmt.Sprintf("expiry cut to %s, the slice of remembered approval %s", fmtSeconds(exp-now), m.id))
+	}
+	d.Grant.Exp = exp
 }
 
 // releaseRemembered is the check a grant under a remembered approval makes

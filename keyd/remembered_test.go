@@ -756,3 +756,47 @@ func TestRememberedRateStillApplies(t *testing.T) {
 	}
 	t.Fatal("12 grants under a remembered approval in a row, at a rate of 8 a minute, were all issued")
 }
+
+// TestRememberedExplainSays: EXPLAIN tells an agent what a GRANT would get
+// under a remembered approval, which is issued at once though the rule
+// asks: the approval's id, its end and the expiry cut to the slice. A
+// request one caveat wider, and any request once the approval is
+// forgotten, is explained as the rule alone decides it.
+func TestRememberedExplainSays(t *testing.T) {
+	h := rememberHarness(t)
+	key := newAgentKey(t)
+	holder := grant.FormatPublicKey(key.Public().(ed25519.PublicKey))
+	first := remember(t, h, key, "1h", mailScope()...)
+	explain := func(cavs ...grant.Caveat) *protocol.Explanation {
+		t.Helper()
+		c := h.client()
+		defer c.Close()
+		e, err := c.Explain(ctxT(t), holder, cavs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	e := explain(append(mailScope(), grant.Exp(time.Now().Unix()+50*60))...)
+	if e.Action != "ask" || e.Remembered != first.Remembered || e.Until != first.Until {
+		t.Fatalf("EXPLAIN within the remembered scope: action %q, remembered %q until %d; want ask under %q until %d", e.Action, e.Remembered, e.Until, first.Remembered, first.Until)
+	}
+	if e.Expires > time.Now().Unix()+600 || len(e.Narrowed) == 0 || !strings.Contains(strings.Join(e.Narrowed, ";"), first.Remembered) {
+		t.Errorf("EXPLAIN asking 50m under a 10m slice: expires %d, narrowed %q", e.Expires, e.Narrowed)
+	}
+	// What it said is what a GRANT gets.
+	res, asked, err := grantOrAsk(t, h, key, append(mailScope(), grant.Exp(time.Now().Unix()+50*60))...)
+	if err != nil || asked || res.Remembered != first.Remembered {
+		t.Fatalf("GRANT after EXPLAIN: asked %v, %v, %+v", asked, err, res)
+	}
+	wider := append(mailScope()[:1:1], grant.Can("mail.*"), usd(500), grant.Risk("low"))
+	if e := explain(wider...); e.Remembered != "" || e.Until != 0 || e.Action != "ask" {
+		t.Errorf("EXPLAIN one caveat wider: action %q, remembered %q", e.Action, e.Remembered)
+	}
+	if err := h.client().Forget(ctxT(t), first.Remembered, ""); err != nil {
+		t.Fatal(err)
+	}
+	if e := explain(mailScope()...); e.Remembered != "" || e.Action != "ask" {
+		t.Errorf("EXPLAIN after forget: action %q, remembered %q", e.Action, e.Remembered)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/parley-keyd/parley-keyd/grant"
 	"github.com/spf13/cobra"
@@ -49,12 +50,15 @@ the daemon is locked.`,
 				}
 				return refused
 			}
-			switch e.Action {
-			case "deny":
+			switch {
+			case e.Remembered != "":
+				fmt.Printf("rule %q asks the human, but remembered approval %s (until %s) covers this; it would issue at once:\n",
+					e.Rule, e.Remembered, time.Unix(e.Until, 0).UTC().Format(time.RFC3339))
+			case e.Action == "deny":
 				fmt.Println(refusedBy(e.Rule, e.Reason))
-			case "auto":
+			case e.Action == "auto":
 				fmt.Printf("rule %q would issue at once:\n", e.Rule)
-			case "ask":
+			case e.Action == "ask":
 				strong := ""
 				if e.Strong {
 					strong = ", strong channel required"

@@ -588,6 +588,10 @@ type explainOutput struct {
 	Allows   []string `json:"allows,omitempty"`
 	Narrowed []string `json:"narrowed,omitempty"`
 	Expires  int64    `json:"expires,omitempty"`
+	// Remembered: a GRANT would be issued at once under this remembered
+	// approval, though the rule asks.
+	Remembered string `json:"remembered,omitempty" jsonschema:"the remembered approval a grant would be issued under at once, though the rule asks"`
+	Until      int64  `json:"until,omitempty" jsonschema:"when that remembered approval ends, unix seconds"`
 }
 
 func (t *mcpTools) explain(ctx context.Context, req *mcp.CallToolRequest, in explainArgs) (*mcp.CallToolResult, explainOutput, error) {
@@ -602,13 +606,17 @@ func (t *mcpTools) explain(ctx context.Context, req *mcp.CallToolRequest, in exp
 		return nil, out, toToolError(err)
 	}
 	out = explainOutput{Action: e.Action, Rule: e.Rule, Reason: e.Reason, Agent: e.Agent, Channels: e.Channels,
-		Strong: e.Strong, Caveats: caveatList(e.Caveats), Allows: e.Allows, Narrowed: e.Narrowed, Expires: e.Expires}
+		Strong: e.Strong, Caveats: caveatList(e.Caveats), Allows: e.Allows, Narrowed: e.Narrowed, Expires: e.Expires,
+		Remembered: e.Remembered, Until: e.Until}
 	var text string
-	switch e.Action {
-	case "deny":
+	switch {
+	case e.Remembered != "":
+		text = fmt.Sprintf("Rule %q asks a human, but remembered approval %s (until %s) covers this: a grant would be issued at once: %s.",
+			e.Rule, e.Remembered, time.Unix(e.Until, 0).UTC().Format(time.RFC3339), strings.Join(e.Allows, "; "))
+	case e.Action == "deny":
 		r := refusedBy(e.Rule, e.Reason)
 		text = strings.ToUpper(r[:1]) + r[1:] + ". Ask for less (narrower can, svc or exp), or ask the principal to change the policy."
-	case "auto":
+	case e.Action == "auto":
 		text = fmt.Sprintf("Rule %q would issue at once: %s.", e.Rule, strings.Join(e.Allows, "; "))
 	default:
 		text = fmt.Sprintf("Rule %q would ask a human (on %s), then issue: %s.", e.Rule, strings.Join(e.Channels, ", "), strings.Join(e.Allows, "; "))

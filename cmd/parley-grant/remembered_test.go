@@ -147,6 +147,11 @@ func TestRememberedLifecycle(t *testing.T) {
 	if _, err := grant.Decode(strings.TrimSpace(r.stdout)); err != nil {
 		t.Fatal(err)
 	}
+	// explain says so too, though the rule asks.
+	r = cli(t, env, 0, append([]string{"explain"}, mailRequest[1:]...)...)
+	if !regexp.MustCompile(`^rule "ask-mail" asks the human, but remembered approval m_\S+ \(until \S+\) covers this; it would issue at once:`).MatchString(r.stdout) {
+		t.Errorf("explain under a remembered approval says:\n%s", r.stdout)
+	}
 
 	list := rememberedJSON(t, env)
 	if len(list) != 1 {

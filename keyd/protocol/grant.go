@@ -77,4 +77,9 @@ type Explanation struct {
 	Caveats  []grant.Caveat `json:"caveats"`
 	Allows   []string       `json:"allows"`
 	Expires  int64          `json:"expires"`
+	// Remembered names the remembered approval under which a GRANT for
+	// the request would be issued at once, though the rule asks (Action
+	// "ask"); Until is when that approval ends. Empty when none covers it.
+	Remembered string `json:"remembered,omitempty"`
+	Until      int64  `json:"until,omitempty"`
 }
