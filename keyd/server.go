@@ -583,8 +583,8 @@ func (c *conn) readLoop() (moved bool) {
 		// encoding/json's rules a frame could carry "verb" and "Verb" and
 		// be one request to a reader that keeps the first and another to
 		// one that keeps the last.
-		var f protocol.Frame
-		if err := grant.DecodeStrict(line, &f); err != nil {
+		f := new(protocol.Frame)
+		if err := grant.DecodeStrict(line, f); err != nil {
 			c.refuse("", "", &protocol.Error{Code: protocol.CodeBadFrame, Message: "the frame is not one strict JSON object: " + jsonErr(err)})
 			continue
 		}
@@ -647,9 +647,12 @@ func (c *conn) readLoop() (moved bool) {
 	}
 }
 
-// job is one request a handler runs, with what its frame holds.
+// job is one request a handler runs, with what its frame holds. It points
+// to the frame read rather than holding a copy: a copy moved to the heap
+// in handle, where the deferred functions keep it, and so cost each
+// request a second frame's allocation (docs/performance.md).
 type job struct {
-	f    protocol.Frame
+	f    *protocol.Frame
 	held frameHold
 	size int64
 }
@@ -686,7 +689,7 @@ func (c *conn) worker(j job) {
 
 // handle runs one request and sends its final reply.
 func (c *conn) handle(j job) {
-	f := &j.f
+	f := j.f
 	defer c.release(j.held)
 	defer c.bytes.Release(j.size)
 	// The request stops being in flight, and its id is free again,
