@@ -55,7 +55,7 @@ func BenchmarkGrantJSON(b *testing.B) {
 		if _, err := protocol.GrantDigest(f.Grant); err != nil {
 			b.Fatal(err)
 		}
-		rec := audit.Record{RequestID: "r_x", Decision: "auto", DecidedBy: &audit.Decider{Rule: "calendar-auto"}}
+		rec := audit.Record{RequestID: "r_x", Decision: "auto", DecidedBy: &audit.Decider{Rule: "calendar-auto"}, GrantID: tok.ID()}
 		rec.Requested, rec.Issued = caveatsJSON(body.Caveats), caveatsJSON(body.Caveats)
 		reply, err := grantReply(tok, body.Caveats, 1764547200, rec, nil, 0)
 		if err != nil {

@@ -506,7 +506,8 @@ func (s *Server) signFailed(r *request, err error) error {
 }
 
 func grantReply(tok *grant.Token, cavs []grant.Caveat, exp int64, rec audit.Record, narrowed []string, until int64) (*protocol.Frame, error) {
-	res := protocol.GrantResult{Token: tok.Encode(), GrantID: tok.ID(), Expires: exp, Caveats: cavs, Decision: rec.Decision,
+	// rec.GrantID is tok.ID(), which issueGrant has just hashed.
+	res := protocol.GrantResult{Token: tok.Encode(), GrantID: rec.GrantID, Expires: exp, Caveats: cavs, Decision: rec.Decision,
 		Rule: rec.DecidedBy.Rule, Approver: rec.DecidedBy.Approver, Channel: rec.DecidedBy.Channel,
 		Strength: rec.DecidedBy.Strength, Narrowed: narrowed, RequestID: rec.RequestID,
 		Remembered: rec.DecidedBy.Remembered, Until: until}
