@@ -398,3 +398,39 @@ func TestNewNonce(t *testing.T) {
 		t.Errorf("NewNonce gave %q and %q", a, b)
 	}
 }
+
+// TestEncodeInPieces checks the token text Encode writes in pieces against
+// the whole body encoded at once, for bodies on both sides of the pieces'
+// boundaries: one block, chains of up to eight, and a caveat grown a byte
+// at a time around them.
+func TestEncodeInPieces(t *testing.T) {
+	check := func(tok *Token) int {
+		t.Helper()
+		text := tok.Encode()
+		b := body(t, text)
+		if want := encodeBody(b); text != want {
+			t.Fatalf("%d-byte body: Encode wrote %q, the body encoded at once is %q", len(b), text, want)
+		}
+		return len(b)
+	}
+	tok := issue(t, allCaveats()...)
+	check(tok)
+	for range 7 {
+		tok = delegate(t, tok, keyAgent, keyAgent, Can("shop.search"))
+		check(tok)
+	}
+	// Bodies longer than a piece, of every length mod 3.
+	seen := map[int]bool{}
+	for n := 1; n <= 60; n++ {
+		tok := issue(t, Svc(strings.Repeat("s", n)+".example"), Exp(testNow+3600))
+		for range 4 {
+			tok = delegate(t, tok, keyAgent, keyAgent, Can("shop.search"))
+		}
+		if l := check(tok); l > 768 {
+			seen[l%3] = true
+		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("bodies over 768 bytes tried only of lengths %v mod 3", seen)
+	}
+}
