@@ -782,13 +782,29 @@ func (c *conn) releaseID(id string) {
 	c.idsMu.Unlock()
 }
 
+// sendBuffers holds the buffers replies are written through, shared by
+// all connections: a reply's bytes are done with once Write returns, and
+// a buffer allocated for every reply was a tenth of what a grant
+// allocated (docs/performance.md). A buffer grown past maxSendBuffer, by
+// an AUDIT reply say, is left to the garbage collector.
+var sendBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2<<10); return &b }}
+
+const maxSendBuffer = 64 << 10
+
 // send writes one frame. Writes are serialized; a client that stops reading
 // is cut off after a deadline rather than blocking its handlers forever.
 func (c *conn) send(f *protocol.Frame) bool {
-	b, err := protocol.EncodeFrame(f)
+	bp := sendBuffers.Get().(*[]byte)
+	b, err := protocol.AppendFrame((*bp)[:0], f)
 	if err != nil {
-		b, _ = protocol.EncodeFrame(errorFrame(f.Re, &protocol.Error{Code: protocol.CodeInternal, Message: "the reply was too large to send"}))
+		b, _ = protocol.AppendFrame((*bp)[:0], errorFrame(f.Re, &protocol.Error{Code: protocol.CodeInternal, Message: "the reply was too large to send"}))
 	}
+	defer func() {
+		if cap(b) <= maxSendBuffer {
+			*bp = b[:0]
+			sendBuffers.Put(bp)
+		}
+	}()
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))

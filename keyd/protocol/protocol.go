@@ -239,9 +239,15 @@ func (fr *FrameReader) skip(err, reason error, n int) error {
 // EncodeFrame serializes f as one line. encoding/json escapes newlines inside
 // strings, so the output has exactly one, at the end.
 func EncodeFrame(f *Frame) ([]byte, error) {
+	return AppendFrame(make([]byte, 0, 64+len(f.Data)), f)
+}
+
+// AppendFrame appends f's line, as EncodeFrame returns it, to dst: the
+// daemon writes its replies through a buffer it reuses.
+func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 	f.Parley = Version
-	if b, ok := appendFrame(make([]byte, 0, 64+len(f.Data)), f); ok {
-		if len(b) > MaxFrame {
+	if b, ok := appendFrame(dst, f); ok {
+		if len(b)-len(dst) > MaxFrame {
 			return nil, ErrFrameTooLarge
 		}
 		return append(b, '\n'), nil
@@ -253,5 +259,5 @@ func EncodeFrame(f *Frame) ([]byte, error) {
 	if len(b) > MaxFrame {
 		return nil, ErrFrameTooLarge
 	}
-	return append(b, '\n'), nil
+	return append(append(dst, b...), '\n'), nil
 }
