@@ -211,6 +211,7 @@ type Log struct {
 	retainAt  time.Time              // retention runs at this time or later, if set
 	created   *checkpoint.Checkpoint // the first checkpoint of a log Open created
 	buf       bytes.Buffer
+	written   []written // commit's, kept for the next group
 	closeErr  error
 
 	// A deferred log (Options.Deferred) until its open checkpoint is
@@ -1371,6 +1372,13 @@ func (l *Log) encode(rec *Record) error {
 	return enc.Encode(rec)
 }
 
+// written is a record commit wrote into its buffer.
+type written struct {
+	r    *request
+	line [2]int // start and end in buf, without the newline
+	hash string
+}
+
 // commit writes and fsyncs one group of records and answers each waiter.
 func (l *Log) commit(batch []*request) {
 	defer func() {
@@ -1389,29 +1397,29 @@ func (l *Log) commit(batch []*request) {
 	seq, head := l.seq, l.head
 	now := l.now().UTC().Format(time.RFC3339Nano)
 	l.buf.Reset()
-	type written struct {
-		r    *request
-		rec  Record
-		line [2]int // start and end in buf, without the newline
-		hash string
-	}
-	var pending []written
+	pending := l.written[:0]
+	defer func() {
+		clear(pending) // let the requests go
+		l.written = pending[:0]
+	}()
 	for _, r := range batch {
-		rec := r.rec
+		// The log has the request's record to itself: its appender
+		// only waits, and the record is written in place.
+		rec := &r.rec
 		if !r.internal {
 			if !kinds[rec.Kind] {
 				r.err = fmt.Errorf("audit record of unknown kind %q", clean(rec.Kind, 40))
 				continue
 			}
 			rec.Cut, rec.Folded, rec.Checkpoint, rec.Damage = nil, nil, nil, nil
-			bound(&rec)
+			bound(rec)
 		}
 		rec.Seq, rec.Prev = seq+1, head
 		if rec.Time == "" || !r.internal {
 			rec.Time = now
 		}
 		start := l.buf.Len()
-		if err := l.encode(&rec); err != nil {
+		if err := l.encode(rec); err != nil {
 			l.buf.Truncate(start)
 			r.err = fmt.Errorf("encode audit record: %w", err)
 			continue
@@ -1425,7 +1433,7 @@ func (l *Log) commit(batch []*request) {
 		seq++
 		head = lineHash(l.buf.Bytes()[start:end])
 		r.seq = seq
-		pending = append(pending, written{r, rec, [2]int{start, end}, head})
+		pending = append(pending, written{r, [2]int{start, end}, head})
 	}
 	if len(pending) == 0 {
 		return
@@ -1443,7 +1451,7 @@ func (l *Log) commit(batch []*request) {
 	l.headMu.Unlock()
 	if l.o.Journal != nil {
 		for _, w := range pending {
-			l.journalRecord(l.buf.Bytes()[w.line[0]:w.line[1]], &w.rec, w.hash)
+			l.journalRecord(l.buf.Bytes()[w.line[0]:w.line[1]], &w.r.rec, w.hash)
 		}
 	}
 	if l.buf.Cap() > 1<<20 {
