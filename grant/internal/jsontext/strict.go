@@ -119,10 +119,25 @@ func DecodeStrict(data []byte, v any, known bool) error {
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return fmt.Errorf("grant: DecodeStrict needs a non-nil pointer, not %T", v)
 	}
-	d := &strictDecoder{reader: reader{Scanner: Scanner{B: data}}, known: known}
+	d := strictDecoders.Get().(*strictDecoder)
+	*d = strictDecoder{reader: reader{Scanner: Scanner{B: data}}, known: known}
 	d.path = d.pathBuf[:0]
+	err := d.decodeWhole(rv.Elem())
+	*d = strictDecoder{} // holds no input once back in the pool
+	strictDecoders.Put(d)
+	return err
+}
+
+// strictDecoders keeps DecodeStrict's decoders for the next call: the
+// daemon decodes three or four values of every request it reads, and a
+// decoder allocated for each was a twentieth of what a grant allocated
+// (docs/performance.md).
+var strictDecoders = sync.Pool{New: func() any { return new(strictDecoder) }}
+
+// decodeWhole decodes the whole of d's input into v.
+func (d *strictDecoder) decodeWhole(v reflect.Value) error {
 	d.Space()
-	if err := d.decode(rv.Elem(), 0); err != nil {
+	if err := d.decode(v, 0); err != nil {
 		return err
 	}
 	d.Space()
