@@ -293,14 +293,20 @@ func (c Caveat) String() string {
 
 // MarshalJSON returns {"name":value} in canonical form.
 func (c Caveat) MarshalJSON() ([]byte, error) {
+	return c.AppendJSON(make([]byte, 0, len(c.Name)+len(c.Value)+5))
+}
+
+// AppendJSON appends what MarshalJSON returns to b: for callers that join
+// caveats into a larger text, without a slice of its own for each. On
+// error it returns b as it was.
+func (c Caveat) AppendJSON(b []byte) ([]byte, error) {
 	val := []byte(c.Value)
 	if !jsontext.IsCanonical(val) {
 		var err error
 		if val, err = CanonicalizeJSON(val); err != nil {
-			return nil, fmt.Errorf("caveat %q: %w", c.Name, err)
+			return b, fmt.Errorf("caveat %q: %w", c.Name, err)
 		}
 	}
-	b := make([]byte, 0, len(c.Name)+len(val)+5)
 	b = append(b, '{')
 	b = jsontext.AppendString(b, strings.ToValidUTF8(c.Name, "\uFFFD"))
 	b = append(b, ':')

@@ -140,3 +140,23 @@ func TestCaveatValue(t *testing.T) {
 		t.Error("a list with a number read as strings: no error")
 	}
 }
+
+// TestCaveatAppendJSON checks that AppendJSON appends what MarshalJSON
+// returns, canonicalizing a value that is not canonical, and leaves the
+// text as it was when the value is not JSON.
+func TestCaveatAppendJSON(t *testing.T) {
+	for _, c := range append(allCaveats(), Caveat{Name: "x", Value: []byte(` { "b" : 1, "a" : [ 2 ] } `)}) {
+		want, err := c.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.AppendJSON([]byte("[1,"))
+		if err != nil || string(got) != "[1,"+string(want) {
+			t.Errorf("%s: AppendJSON gave %q, %v; want %q", c.Name, got, err, "[1,"+string(want))
+		}
+	}
+	bad := Caveat{Name: "x", Value: []byte(`{"a":`)}
+	if got, err := bad.AppendJSON([]byte("[1,")); err == nil || string(got) != "[1," {
+		t.Errorf("malformed value: AppendJSON gave %q, %v; want the text as it was and an error", got, err)
+	}
+}

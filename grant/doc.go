@@ -99,15 +99,16 @@
 //
 // This package alone says what a caveat means. Svc, Verbs, Can, Exp, Nbf,
 // Per, Spend, Risk and Only build the caveats of §6.3, Caveat.Check checks
-// one and CaveatValue reads its value; a caveat kind or a risk level is the
-// spec's string ("exp", "low"), compared as such. ParseRequest checks the
-// caveats of a request for a new grant (kinds, values, repeats, verbs,
-// patterns, times, money) and returns a Request, the one shape of a
-// request and of a policy's decision, whose Caveats method gives the
-// caveats back; its errors are one sentence for the requester. ParleyVerbs
-// lists the verbs of §4, HELLO first and then those that carry grants;
-// ValidPattern checks a can pattern. Token.Narrowing says whether a new
-// caveat would narrow what a chain already allows.
+// one, CaveatValue reads its value and Caveat.AppendJSON writes it into a
+// larger text; a caveat kind or a risk level is the spec's string ("exp",
+// "low"), compared as such. ParseRequest checks the caveats of a request
+// for a new grant (kinds, values, repeats, verbs, patterns, times, money)
+// and returns a Request, the one shape of a request and of a policy's
+// decision, whose Caveats method gives the caveats back; its errors are one
+// sentence for the requester. ParleyVerbs lists the verbs of §4, HELLO
+// first and then those that carry grants; ValidPattern checks a can
+// pattern. Token.Narrowing says whether a new caveat would narrow what a
+// chain already allows.
 //
 // # Errors
 //

@@ -89,11 +89,10 @@ func marshalPayload(p *Block, root bool) ([]byte, error) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		cb, err := c.MarshalJSON()
-		if err != nil {
+		var err error
+		if b, err = c.AppendJSON(b); err != nil {
 			return nil, err
 		}
-		b = append(b, cb...)
 	}
 	b = append(b, `],"iat":`...)
 	var err error

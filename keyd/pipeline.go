@@ -317,14 +317,14 @@ func caveatsJSON(cavs []grant.Caveat) json.RawMessage {
 	b := make([]byte, 0, 2+48*len(cavs))
 	b = append(b, '[')
 	for i, c := range cavs {
-		cb, err := c.MarshalJSON()
-		if err != nil || bytes.ContainsAny(cb, "<>&\u2028\u2029") {
-			return caveatsMarshal(cavs)
-		}
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, cb...)
+		start := len(b)
+		var err error
+		if b, err = c.AppendJSON(b); err != nil || bytes.ContainsAny(b[start:], "<>&\u2028\u2029") {
+			return caveatsMarshal(cavs)
+		}
 	}
 	return append(b, ']')
 }

@@ -46,17 +46,18 @@ func appendGrantResult(b []byte, res *GrantResult) ([]byte, bool) {
 	} else {
 		b = append(b, '[')
 		for i, c := range res.Caveats {
-			cb, err := c.MarshalJSON()
-			// encoding/json checks what MarshalJSON returns and escapes
-			// <, >, & and U+2028, U+2029 in it; grant writes caveats
-			// canonical, so only those are left to decline.
-			if err != nil || !htmlSafe(cb) {
-				return nil, false
-			}
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, cb...)
+			start := len(b)
+			var err error
+			b, err = c.AppendJSON(b)
+			// encoding/json checks what MarshalJSON returns and escapes
+			// <, >, & and U+2028, U+2029 in it; grant writes caveats
+			// canonical, so only those are left to decline.
+			if err != nil || !htmlSafe(b[start:]) {
+				return nil, false
+			}
 		}
 		b = append(b, ']')
 	}
