@@ -69,27 +69,45 @@ func namesHolder(verb string) bool {
 // agent (or c is no agent user), "" and the uid, with callerRate. A paired
 // phone has a bucket of its own. who says it in a phrase, for refusals
 // and records.
-func rateBucket(c Caller, pol *policies.Policy, holder string) (name string, uid uint32, rate int, who string) {
+func rateBucket(c Caller, pol *policies.Policy, holder string) (name string, uid uint32, rate int, who bucketWho) {
 	if c.Device != "" {
 		// A colon is in no agent's name: the bucket is the phone's own.
-		return "phone:" + c.Device, 0, callerRate, "the paired phone " + c.Device
+		return "phone:" + c.Device, 0, callerRate, bucketWho{device: c.Device}
 	}
 	uid = c.Identity.UID
 	if c.Roles.Agent {
 		if a, ok := pol.AgentFor(c.policy(holder)); ok {
-			return a, uid, pol.Rate(a), fmt.Sprintf("agent %q for user %s", a, c.Identity.User)
+			return a, uid, pol.Rate(a), bucketWho{agent: a, user: c.Identity.User}
 		}
 	}
-	return "", uid, callerRate, "user " + c.Identity.User
+	return "", uid, callerRate, bucketWho{user: c.Identity.User}
+}
+
+// bucketWho is what a bucket's phrase is made of, put into words only for
+// a request past its rate: under load every request was charged, and
+// every one built a phrase that none but a refusal reads.
+type bucketWho struct{ device, agent, user string }
+
+func (w bucketWho) String() string {
+	switch {
+	case w.device != "":
+		return "the paired phone " + w.device
+	case w.agent != "":
+		return fmt.Sprintf("agent %q for user %s", w.agent, w.user)
+	}
+	return "user " + w.user
 }
 
 // overRate counts one request of c against its bucket and reports whether
 // the bucket was empty, how long until one request fits, and who the
-// bucket is.
+// bucket is (only when it was empty).
 func (s *Server) overRate(c Caller, pol *policies.Policy, holder string) (over bool, retry time.Duration, who string) {
-	name, uid, rate, who := rateBucket(c, pol, holder)
+	name, uid, rate, w := rateBucket(c, pol, holder)
 	ok, retry := s.limiter.Take(name, uid, rate, s.now())
-	return !ok, retry, who
+	if ok {
+		return false, retry, ""
+	}
+	return true, retry, w.String()
 }
 
 // chargeFor counts r against its caller's rate, once, as a request for
