@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 )
 
@@ -171,16 +170,6 @@ var smallOrderPoints = func() (t [8][32]byte) {
 	}
 	return t
 }()
-
-// NewKey returns a new Ed25519 key made from 32 bytes read from rand
-// (crypto/rand.Reader in production).
-func NewKey(rand io.Reader) (ed25519.PrivateKey, error) {
-	seed := make([]byte, ed25519.SeedSize)
-	if _, err := io.ReadFull(rand, seed); err != nil {
-		return nil, fmt.Errorf("new key: %w", err)
-	}
-	return ed25519.NewKeyFromSeed(seed), nil
-}
 
 // keyFromSeed returns the Ed25519 key of a 32-byte seed written in b64url,
 // the form of the conformance vectors.

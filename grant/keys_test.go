@@ -39,17 +39,13 @@ func TestParsePublicKey(t *testing.T) {
 	}
 }
 
-func TestNewKey(t *testing.T) {
-	seed := bytes.Repeat([]byte{7}, 32)
-	k, err := NewKey(bytes.NewReader(seed))
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestKeyFromSeed(t *testing.T) {
+	k := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32))
 	if got, want := FormatPublicKey(k.Public().(ed25519.PublicKey)), "ed25519:6kpsY-KcUgq-9VB7Ey7F-ZVHdq6-vnuSQh7qaRRG0iw"; got != want {
-		t.Errorf("NewKey from seed 7…: %s, want %s", got, want)
+		t.Errorf("the key of seed 7…: %s, want %s", got, want)
 	}
-	if _, err := NewKey(bytes.NewReader(seed[:31])); err == nil {
-		t.Error("NewKey with a short reader: no error")
+	if k2, err := keyFromSeed("BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc"); err != nil || !k2.Equal(k) {
+		t.Errorf("keyFromSeed of seed 7…: %v", err)
 	}
 	if _, err := keyFromSeed("AAAA"); err == nil {
 		t.Error("keyFromSeed with a short seed: no error")

@@ -134,7 +134,7 @@ func startDaemon(t *testing.T, policy string, edit func(*keyd.Config)) *testDaem
 
 func newTestKey(t *testing.T) ed25519.PrivateKey {
 	t.Helper()
-	k, err := grant.NewKey(rand.Reader)
+	_, k, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ $PARLEY_AGENT_KEY, else $XDG_CONFIG_HOME/parley/agent.key, else
 				return fail(errors.New("no place for the agent key: no home directory"),
 					"name one with --out FILE or "+agentKeyEnv)
 			}
-			key, err := grant.NewKey(rand.Reader)
+			_, key, err := ed25519.GenerateKey(rand.Reader)
 			if err != nil {
 				return fail(err, "")
 			}

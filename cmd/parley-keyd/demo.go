@@ -260,7 +260,7 @@ func demoKey(path string) (ed25519.PrivateKey, error) {
 	if b, err := os.ReadFile(path); err == nil {
 		return grant.ParseKeyFile(b)
 	}
-	k, err := grant.NewKey(rand.Reader)
+	_, k, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ func newWorld(t *testing.T, id string) *world {
 
 func newKey(t *testing.T) ed25519.PrivateKey {
 	t.Helper()
-	k, err := grant.NewKey(rand.Reader)
+	_, k, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
