@@ -212,7 +212,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		for _, c := range conns {
-			c.handlers.Wait()
+			c.stopHandlers()
 			c.nc.Close()
 		}
 		s.wg.Wait()
@@ -253,6 +253,10 @@ type conn struct {
 	cancel   context.CancelFunc
 	wmu      sync.Mutex
 	handlers sync.WaitGroup
+	// hmu orders the reader's handlers.Add against Shutdown's Wait: once
+	// hstopped is set no handler starts, so Wait sees every one.
+	hmu      sync.Mutex
+	hstopped bool
 	sem      chan struct{}
 	bytes    *semaphore.Weighted
 	// Frame bytes of the frame being read: own from the connection's
@@ -408,8 +412,8 @@ const (
 
 // runInline runs j on the reader's goroutine and reports whether reading
 // moved away meanwhile; then the caller must not read any more.
+// The caller has counted it with startHandler.
 func (c *conn) runInline(j job) (moved bool) {
-	c.handlers.Add(1)
 	c.s.inlineRuns.Add(1)
 	c.inline.Store(inlineRunning)
 	c.mover.Reset(inlineFor)
@@ -631,6 +635,10 @@ func (c *conn) readLoop() (moved bool) {
 		j := job{f: f, held: rs.unclaimed, size: size}
 		rs.unclaimed = frameHold{}
 		if len(c.sem) == 1 && fr.Buffered() == 0 && v.inline {
+			if !c.startHandler() {
+				c.drop(j)
+				return false
+			}
 			if c.runInline(j) {
 				return true
 			}
@@ -641,10 +649,47 @@ func (c *conn) readLoop() (moved bool) {
 			// A handler of this connection that finished its request
 			// takes the next one, with the stack it grew for the last.
 		default:
-			c.handlers.Add(1)
+			if !c.startHandler() {
+				c.drop(j)
+				return false
+			}
 			go c.worker(j)
 		}
 	}
+}
+
+// startHandler counts a handler about to run j and reports true, unless
+// the daemon is shutting down and has stopped the connection's handlers
+// (stopHandlers): then nothing may start, as Shutdown's Wait would not see
+// it.
+func (c *conn) startHandler() bool {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	if c.hstopped {
+		return false
+	}
+	c.handlers.Add(1)
+	return true
+}
+
+// stopHandlers lets no new handler start and waits for those running.
+func (c *conn) stopHandlers() {
+	c.hmu.Lock()
+	c.hstopped = true
+	c.hmu.Unlock()
+	c.handlers.Wait()
+}
+
+// drop gives back what j holds without running it: its connection is
+// closing with the daemon.
+func (c *conn) drop(j job) {
+	if j.f.Verb == protocol.VerbWatch {
+		c.watching.Store(false)
+	}
+	c.releaseID(j.f.ID)
+	<-c.sem
+	c.bytes.Release(j.size)
+	c.release(j.held)
 }
 
 // job is one request a handler runs, with what its frame holds. It points

@@ -2,6 +2,7 @@ package keyd
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1004,5 +1006,70 @@ func waitStarted(t testing.TB, d *Daemon) {
 	case <-d.AuditLog().Started():
 	case <-time.After(15 * time.Second):
 		t.Fatal("the daemon's audit log did not start within 15 s")
+	}
+}
+
+// TestShutdownWhileRequestsArrive: clients that keep sending while the
+// daemon shuts down, one request at a time (run by the reader itself) and
+// many at once (run by handlers), race Shutdown, which waits for every
+// handler before it closes their connections. A handler started after
+// that wait began is one the wait does not see (the race detector caught
+// the reader's WaitGroup.Add racing Shutdown's Wait in CI). Shutdown must
+// return, and every connection end.
+func TestShutdownWhileRequestsArrive(t *testing.T) {
+	h := newHarness(t)
+	hello := `{"parley":1,"id":"h","verb":"HELLO"}` + "\n"
+	var wg sync.WaitGroup
+	var answered atomic.Int64
+	conns := make([]net.Conn, 0, 12)
+	for i := range 12 {
+		nc, err := net.Dial("unix", h.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, nc)
+		pipelined := i%2 == 1
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer nc.Close()
+			br := bufio.NewReader(nc)
+			burst := []byte(hello)
+			if pipelined {
+				var b strings.Builder
+				for k := range 4 {
+					fmt.Fprintf(&b, `{"parley":1,"id":"h%d","verb":"HELLO"}`+"\n", k)
+				}
+				burst = []byte(b.String())
+			}
+			nc.SetDeadline(time.Now().Add(30 * time.Second))
+			for {
+				if _, err := nc.Write(burst); err != nil {
+					return
+				}
+				for range bytes.Count(burst, []byte("\n")) {
+					if _, err := br.ReadBytes('\n'); err != nil {
+						return
+					}
+					answered.Add(1)
+				}
+			}
+		}()
+	}
+	waitFor(t, "requests to be answered", func() bool { return answered.Load() > 200 })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown with requests arriving: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		for _, nc := range conns {
+			nc.Close()
+		}
+		t.Fatal("a connection outlived Shutdown")
 	}
 }
