@@ -683,13 +683,19 @@ func (c *conn) stopHandlers() {
 // drop gives back what j holds without running it: its connection is
 // closing with the daemon.
 func (c *conn) drop(j job) {
-	if j.f.Verb == protocol.VerbWatch {
-		c.watching.Store(false)
-	}
-	c.releaseID(j.f.ID)
-	<-c.sem
+	c.leaveFlight(j.f)
 	c.bytes.Release(j.size)
 	c.release(j.held)
+}
+
+// leaveFlight ends f's time in flight: its id is free again, its slot
+// given back, and a WATCH no longer counts as the connection's watch.
+func (c *conn) leaveFlight(f *protocol.Frame) {
+	if f.Verb == protocol.VerbWatch {
+		c.watching.Store(false)
+	}
+	c.releaseID(f.ID)
+	<-c.sem
 }
 
 // job is one request a handler runs, with what its frame holds. It points
@@ -744,11 +750,7 @@ func (c *conn) handle(j job) {
 	settle := func() {
 		if !done {
 			done = true
-			if f.Verb == protocol.VerbWatch {
-				c.watching.Store(false)
-			}
-			c.releaseID(f.ID)
-			<-c.sem
+			c.leaveFlight(f)
 		}
 	}
 	defer settle()
