@@ -74,3 +74,28 @@ func New(dir, label, pin string) (*Token, error) {
 func (t *Token) Files() ([]string, error) {
 	return filepath.Glob(filepath.Join(t.TokensDir, "*"))
 }
+
+// Remove takes the token away under whatever has it open, as a pulled
+// token would go. Each of its folders is first renamed out of TokensDir,
+// which is atomic, and only then removed: SoftHSM2 may be writing a file
+// into a folder (a session reopened after an error does) while it is
+// being removed, and os.RemoveAll then fails with "directory not empty".
+// What SoftHSM2 writes into the renamed folder is no longer the token's
+// and goes with the test's temporary folder.
+func (t *Token) Remove() error {
+	files, err := t.Files()
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("token %q has no files in %s", t.Label, t.TokensDir)
+	}
+	for i, f := range files {
+		gone := filepath.Join(filepath.Dir(t.TokensDir), fmt.Sprintf("removed-%s-%d", filepath.Base(f), i))
+		if err := os.Rename(f, gone); err != nil {
+			return err
+		}
+		os.RemoveAll(gone) // best effort: the rename already took the token away
+	}
+	return nil
+}
