@@ -124,11 +124,13 @@ func serve(state, configPath, socketFlag, passFile string) error {
 		return err
 	}
 	// The audit log writes every record and checkpoint to the journal and
-	// preallocates 16 KiB ahead (docs/audit.md); it signs its checkpoints
+	// preallocates 64 KiB at a time ahead (docs/audit.md; each chunk costs
+	// an fsync, which under load was the write's largest cost after the
+	// commit's own fdatasync: docs/performance.md); it signs its checkpoints
 	// with the signer. Witnesses, segments and retention are the
 	// configuration's to add.
 	d, err := keyd.New(keyd.Options{Config: cfg, State: state, Signer: signer, SignerInfo: signer.Describe().String(), Previous: previous, Logf: jl.Printf,
-		AuditOptions: audit.Options{Journal: jl, Preallocate: 16 << 10, Previous: rotated}})
+		AuditOptions: audit.Options{Journal: jl, Preallocate: 64 << 10, Previous: rotated}})
 	var pe *keyd.PolicyError
 	switch {
 	case errors.As(err, &pe):
