@@ -1027,6 +1027,23 @@ func (l *Log) do(fn func() error) error {
 // commit); the others wait for it. No other goroutine is woken to write:
 // under load each hand-off cost the daemon a wake-up of a thread.
 func (l *Log) Append(rec Record) (seq uint64, err error) {
+	return l.AppendWhile(rec, nil)
+}
+
+// AppendWhile is Append with work of the caller's that needs the record
+// queued but not durable: during runs once, on the calling goroutine,
+// while the disk writes. An appender that commits runs it after the write,
+// with the disk's writeback started (sync_file_range), and before the
+// fsync that waits for it; one whose record another appender commits runs
+// it before it waits. during always runs before AppendWhile returns,
+// whatever the outcome, and must not use the log. The daemon checks a
+// grant's signature there (keyd's sigcheck.go).
+func (l *Log) AppendWhile(rec Record, during func()) (seq uint64, err error) {
+	defer func() {
+		if during != nil {
+			during()
+		}
+	}()
 	req := &request{rec: rec, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	l.mu.RLock()
 	if l.closed {
@@ -1043,7 +1060,11 @@ func (l *Log) Append(rec Record) (seq uint64, err error) {
 	l.mu.RUnlock()
 	for {
 		if l.wmu.TryLock() {
-			l.lead(req)
+			l.lead(req, &during)
+		}
+		if during != nil {
+			during()
+			during = nil
 		}
 		select {
 		case <-req.done:
@@ -1055,7 +1076,8 @@ func (l *Log) Append(rec Record) (seq uint64, err error) {
 
 // lead commits the pending records, in groups of at most maxBatch, until
 // own is among the committed, then hands on (unlockWriter). It holds wmu.
-func (l *Log) lead(own *request) {
+// The first group's write runs *during, if any, and clears it.
+func (l *Log) lead(own *request, during *func()) {
 	defer func() {
 		if r := recover(); r != nil {
 			// A bug while writing stopped the daemon when the writer
@@ -1082,7 +1104,8 @@ func (l *Log) lead(own *request) {
 		if n == 0 {
 			break
 		}
-		l.commit(batch)
+		l.commit(batch, during)
+		during = nil
 		l.maintain(false)
 	}
 	l.unlockWriter()
@@ -1241,7 +1264,7 @@ func (l *Log) writer() {
 			// No record is queued after closed is set: commit what is
 			// pending, then the stop checkpoint.
 			l.wmu.Lock()
-			l.lead(nil)
+			l.lead(nil, nil)
 			l.wmu.Lock()
 			l.finish()
 			l.wmu.Unlock()
@@ -1380,7 +1403,8 @@ type written struct {
 }
 
 // commit writes and fsyncs one group of records and answers each waiter.
-func (l *Log) commit(batch []*request) {
+// The write runs *during between the write and the fsync (AppendWhile).
+func (l *Log) commit(batch []*request, during *func()) {
 	defer func() {
 		for _, r := range batch {
 			if r.done != nil {
@@ -1438,7 +1462,7 @@ func (l *Log) commit(batch []*request) {
 	if len(pending) == 0 {
 		return
 	}
-	if err := l.write(l.buf.Bytes()); err != nil {
+	if err := l.write(l.buf.Bytes(), during); err != nil {
 		for _, w := range pending {
 			w.r.seq, w.r.err = 0, err
 		}
@@ -1465,7 +1489,7 @@ func (l *Log) commitInternal(recs ...Record) error {
 	for i := range recs {
 		batch[i] = &request{rec: recs[i], internal: true}
 	}
-	l.commit(batch)
+	l.commit(batch, nil)
 	for _, r := range batch {
 		if r.err != nil {
 			return r.err
