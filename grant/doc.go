@@ -19,7 +19,9 @@
 // signature of the principal before a grant leaves, and every signer other
 // than an in-process ed25519.PrivateKey (an HSM, a key service) has each
 // signature verified against its key, here or, when it has a
-// VerifiesSignatures method that says so, by the signer itself. Only a
+// VerifiesSignatures method that says so, by the signer itself or by the
+// program that releases the grant (the daemon checks its file key's
+// signatures while it records the grant). Only a
 // holder's own in-process key signs its proofs and delegations unchecked:
 // a bad one fails where it is verified.
 //

@@ -33,15 +33,19 @@ import (
 // makes both signatures equally wrong.
 
 // verifiesSignatures is what a crypto.Signer says, by having a method
-// VerifiesSignatures() that does nothing, when it verifies every signature
-// it returns, with ed25519.Verify in this process, against the key its
-// Public method returns, and returns an error instead of a signature that
-// fails. The daemon's remote backends are such signers (an HSM's or a key
-// service's signature is checked where it arrives): grant does not verify
-// their signatures a second time, which saved a grant from a key service
-// one ed25519.Verify (about 50 µs). The contract is the method, as an Is
-// method is errors.Is's: a signer that lacks it costs one check more, and
-// is never trusted more.
+// VerifiesSignatures() that does nothing, when every signature it returns
+// is verified with ed25519.Verify in this process, against the key its
+// Public method returns, before anything signed with it leaves: by the
+// signer, which returns an error instead of a signature that fails, or by
+// the program that made the signer and holds back what was signed until
+// its own check passed. The daemon's remote backends are signers of the
+// first kind (an HSM's or a key service's signature is checked where it
+// arrives); its file key is given to grant as one of the second
+// (keyd/sigcheck.go: the check runs while the grant's record is written).
+// grant does not verify their signatures a second time, which saved a
+// grant one ed25519.Verify (about 50 µs) in sequence. The contract is the
+// method, as an Is method is errors.Is's: a signer that lacks it costs one
+// check more, and is never trusted more.
 type verifiesSignatures interface {
 	VerifiesSignatures()
 }

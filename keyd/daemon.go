@@ -3,6 +3,7 @@ package keyd
 import (
 	"context"
 	"crypto"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net"
@@ -54,6 +55,10 @@ type Options struct {
 	// Identify returns the peer's identity; nil means peercred.Get. Tests
 	// leave it nil: identities come from the kernel.
 	Identify func(*net.UnixConn) (peercred.Identity, error)
+
+	// verify checks the principal's signatures (sigcheck.go); nil means
+	// ed25519.Verify. Tests hold or fail the check with it.
+	verify func(pub ed25519.PublicKey, msg, sig []byte) bool
 }
 
 // Daemon is a whole parley-keyd: its configuration and policy, the signer,
@@ -106,7 +111,7 @@ func New(o Options) (*Daemon, error) {
 		d.log, sink = l, l
 	}
 	srv, err := newServer(serverOptions{Config: o.Config, Policy: o.Policy, Signer: o.Signer, Audit: sink,
-		Logf: o.Logf, Now: o.Now, Identify: o.Identify})
+		Logf: o.Logf, Now: o.Now, Identify: o.Identify, verify: o.verify})
 	if err != nil {
 		d.closeLog()
 		return nil, err

@@ -41,6 +41,9 @@ type request struct {
 	// issued is set once a grant was signed: its record must be durable
 	// before the reply leaves (property 2).
 	issued bool
+	// check is the principal signature's check, running beside the
+	// record's write (sigcheck.go); nil when the signer checked it.
+	check *checkedSigner
 	// approval is the human's approval of this request, told at the end
 	// whether the grant was issued (Approval.settle).
 	approval *Approval
@@ -154,12 +157,19 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 			r.settle(e)
 			return nil, e
 		}
-		// Property 2: the grant leaves only once its record is durable.
-		_, aerr := s.audit.Append(*rec)
+		// Property 2: the grant leaves only once its record is durable,
+		// and only with a signature that verifies, checked meanwhile.
+		seq, aerr, cerr := s.appendChecked(*rec, r.check)
+		if aerr == nil && cerr != nil {
+			s.withhold(r, seq, cerr)
+		}
 		s.lock.mu.RUnlock()
-		if aerr != nil {
+		switch {
+		case aerr != nil:
 			s.logf("audit append failed, grant %s discarded: %v", rec.GrantID, aerr)
 			reply, err = nil, s.unavailableAudit(aerr)
+		case cerr != nil:
+			reply, err = nil, &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon failed to sign the grant"}
 		}
 		r.settle(err)
 		return reply, err
@@ -202,6 +212,21 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 	}
 	r.settle(err)
 	return reply, err
+}
+
+// withhold records that the grant of r, recorded as seq, was dropped
+// because its signature failed the check that ran beside the write: a
+// second record of the request, after its issue or consent record
+// (docs/audit.md). It means a fault in the signing (hardware, or a bug), so
+// it goes to the daemon's log as well.
+func (s *Server) withhold(r *request, seq uint64, err error) {
+	rec := r.rec
+	rec.Kind, rec.Decision = audit.KindError, string(protocol.CodeInternal)
+	rec.Message = fmt.Sprintf("signed and recorded as seq %d, then discarded: %v", seq, err)
+	s.logf("grant %s (%s, seq %d) discarded: %v; the signing may be faulty", rec.GrantID, rec.RequestID, seq, err)
+	if _, aerr := s.audit.Append(rec); aerr != nil {
+		s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, aerr)
+	}
 }
 
 // record writes r's record now, as it stands, durably; finish then writes
@@ -471,11 +496,12 @@ func (s *Server) issueGrant(r *request, holder ed25519.PublicKey, d policies.Dec
 	if err != nil {
 		return nil, err
 	}
-	tok, err := grant.Issue(s.signer, holder, cavs, now, nonce)
+	sg, check := s.grantSigner()
+	tok, err := grant.Issue(sg, holder, cavs, now, nonce)
 	if err != nil {
 		return nil, s.signFailed(r, err)
 	}
-	r.issued = true
+	r.issued, r.check = true, check
 	r.rec.Kind, r.rec.Issued, r.rec.GrantID, r.rec.Expiry = audit.KindIssue, caveatsJSON(cavs), tok.ID(), d.Grant.Exp
 	if len(d.Narrowed) > 0 {
 		r.rec.Message = "narrowed: " + strings.Join(d.Narrowed, "; ")
@@ -770,12 +796,13 @@ func (s *Server) consent(r *request) (*protocol.Frame, error) {
 		return nil, err
 	}
 	now = s.now().Unix()
-	tok, err := grant.IssueConsent(s.signer, holder, cr, now, nonce)
+	sg, check := s.grantSigner()
+	tok, err := grant.IssueConsent(sg, holder, cr, now, nonce)
 	if err != nil {
 		return nil, s.signFailed(r, err)
 	}
 	cavs := grant.ConsentCaveats(f.Service, prop.Capability, cr.Hash, exp)
-	r.issued = true
+	r.issued, r.check = true, check
 	r.rec.Kind, r.rec.Issued, r.rec.GrantID, r.rec.Expiry = audit.KindConsent, caveatsJSON(cavs), tok.ID(), exp
 	return grantReply(tok, cavs, exp, r.rec, nil, 0)
 }

@@ -35,6 +35,7 @@ type serverOptions struct {
 	Logf     func(format string, args ...any)
 	Now      func() time.Time
 	Identify func(*net.UnixConn) (peercred.Identity, error)
+	verify   func(pub ed25519.PublicKey, msg, sig []byte) bool
 }
 
 // Server answers the daemon's socket: it accepts connections, learns each
@@ -44,6 +45,8 @@ type Server struct {
 	cfg       atomic.Pointer[Config]
 	policy    atomic.Pointer[policies.Policy]
 	signer    crypto.Signer
+	pub       ed25519.PublicKey // the principal key, as signer had it at start
+	verify    func(pub ed25519.PublicKey, msg, sig []byte) bool
 	principal string
 	audit     AuditSink
 	logf      func(string, ...any)
@@ -85,6 +88,7 @@ func newServer(o serverOptions) (*Server, error) {
 	}
 	s := &Server{
 		signer:     o.Signer,
+		pub:        append(ed25519.PublicKey(nil), pub...),
 		principal:  grant.FormatPublicKey(pub),
 		audit:      o.Audit,
 		logf:       o.Logf,
@@ -105,6 +109,9 @@ func newServer(o serverOptions) (*Server, error) {
 	}
 	if s.peerOf == nil {
 		s.peerOf = peercred.Get
+	}
+	if s.verify = o.verify; s.verify == nil {
+		s.verify = ed25519.Verify
 	}
 	s.cfg.Store(o.Config)
 	s.policy.Store(o.Policy)

@@ -1,0 +1,174 @@
+package keyd
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/parley-keyd/parley-keyd/grant"
+	"github.com/parley-keyd/parley-keyd/keyd/audit"
+	"github.com/parley-keyd/parley-keyd/keyd/protocol"
+)
+
+// heldCheck stands in for ed25519.Verify in the check of the principal's
+// signatures: once armed, the next check waits until the test answers it
+// on verdict (true: the real check decides; false: a fault).
+type heldCheck struct {
+	armed   atomic.Bool
+	entered chan struct{}
+	verdict chan bool
+}
+
+func newHeldCheck() *heldCheck {
+	return &heldCheck{entered: make(chan struct{}), verdict: make(chan bool)}
+}
+
+func (c *heldCheck) verify(pub ed25519.PublicKey, msg, sig []byte) bool {
+	if c.armed.CompareAndSwap(true, false) {
+		close(c.entered)
+		if !<-c.verdict {
+			return false
+		}
+	}
+	return ed25519.Verify(pub, msg, sig)
+}
+
+func withHeldCheck(c *heldCheck) harnessOpt {
+	return func(_ *Config, o *Options) { o.verify = c.verify }
+}
+
+// recordOf waits for the record of the grant request with a holder key of
+// holder, and returns it.
+func recordOf(t *testing.T, h *harness, holder string) audit.Record {
+	t.Helper()
+	var rec audit.Record
+	waitFor(t, "the grant's record", func() bool {
+		for _, r := range auditRecords(t, h) {
+			if r.Holder == holder && (r.Kind == audit.KindIssue || r.Kind == audit.KindConsent) {
+				rec = r
+				return true
+			}
+		}
+		return false
+	})
+	return rec
+}
+
+// TestSignatureCheckedBesideTheWrite: the check of the principal's
+// signature runs while the grant's record is written, not before it, and
+// the grant waits for both. With the check held, the record is in the log's
+// file and the grant does not leave; once the check passes, the grant
+// that leaves is the one recorded.
+func TestSignatureCheckedBesideTheWrite(t *testing.T) {
+	c := newHeldCheck()
+	h := newHarness(t, withHeldCheck(c))
+	agent := newAgentKey(t)
+	holder := grant.FormatPublicKey(agent.Public().(ed25519.PublicKey))
+	c.armed.Store(true)
+	type out struct {
+		r   *protocol.GrantResult
+		err error
+	}
+	res := make(chan out, 1)
+	go func() {
+		r, err := h.client().Grant(ctxT(t), agent, []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find")}, nil)
+		res <- out{r, err}
+	}()
+	select {
+	case <-c.entered:
+	case o := <-res:
+		t.Fatalf("the grant ended before its signature was checked: %+v, %v", o.r, o.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the grant's signature was never checked")
+	}
+	rec := recordOf(t, h, holder) // in the file while the check is held
+	select {
+	case o := <-res:
+		t.Fatalf("the grant left before its signature was checked: %+v, %v", o.r, o.err)
+	default:
+	}
+	c.verdict <- true
+	o := <-res
+	if o.err != nil {
+		t.Fatalf("grant after the check passed: %v", o.err)
+	}
+	if o.r.GrantID != rec.GrantID {
+		t.Fatalf("grant %s left, %s was recorded", o.r.GrantID, rec.GrantID)
+	}
+}
+
+// TestAttackFaultySignatureNeverLeaves: a signature of the principal key
+// that fails its check (a fault while signing) is found after the grant's
+// record was written: the grant, or consent, must still not leave, the
+// approver must hear that nothing was issued, and the log must say that the
+// recorded grant was discarded. The daemon then goes on issuing.
+func TestAttackFaultySignatureNeverLeaves(t *testing.T) {
+	for _, kind := range []string{"grant", "consent", "approved"} {
+		t.Run(kind, func(t *testing.T) {
+			c := newHeldCheck()
+			h := newHarness(t, withHeldCheck(c))
+			c.armed.Store(true)
+			var (
+				tok *protocol.GrantResult
+				err error
+			)
+			switch kind {
+			case "grant":
+				agent := newAgentKey(t)
+				holder := grant.FormatPublicKey(agent.Public().(ed25519.PublicKey))
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					tok, err = h.client().Grant(ctxT(t), agent, []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find")}, nil)
+				}()
+				<-c.entered
+				recordOf(t, h, holder) // durable, and the check still to fail
+				c.verdict <- false
+				<-done
+			default:
+				var a *asked
+				if kind == "consent" {
+					a = askConsentForTest(t, h)
+				} else {
+					a = askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
+				}
+				approved := make(chan error, 1)
+				go func() { approved <- h.client().Approve(ctxT(t), a.ev.Request, a.ev.Code, "terminal") }()
+				<-c.entered
+				c.verdict <- false
+				if err := <-approved; err == nil {
+					t.Error("the approver was told the grant was issued")
+				}
+				tok, err = a.wait(t)
+			}
+			if err == nil {
+				t.Fatalf("a grant with a faulty signature left the daemon: %+v", tok)
+			}
+			wantCode(t, err, protocol.CodeInternal)
+			recs := auditRecords(t, h)
+			var issued, dropped *audit.Record
+			for i := range recs {
+				switch r := &recs[i]; {
+				case r.Kind == audit.KindIssue || r.Kind == audit.KindConsent:
+					issued = r
+				case r.Kind == audit.KindError && issued != nil && r.RequestID == issued.RequestID:
+					dropped = r
+				}
+			}
+			if issued == nil || dropped == nil {
+				t.Fatalf("the log holds no issue record and its discard: %+v", recs)
+			}
+			if want := fmt.Sprintf("signed and recorded as seq %d, then discarded", issued.Seq); !strings.Contains(dropped.Message, want) ||
+				dropped.GrantID != issued.GrantID {
+				t.Fatalf("discard record %+v, want %q for grant %s", dropped, want, issued.GrantID)
+			}
+			// The next grant is checked for real, and leaves.
+			if _, err := h.client().Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find")}, nil); err != nil {
+				t.Fatalf("grant after the fault: %v", err)
+			}
+		})
+	}
+}
