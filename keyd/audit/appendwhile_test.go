@@ -20,14 +20,20 @@ func TestAppendWhileBetweenWriteAndSync(t *testing.T) {
 	for _, pre := range []int64{16 << 10, 0} {
 		t.Run(fmt.Sprintf("preallocate=%d", pre), func(t *testing.T) {
 			var armed, ran, syncedBefore atomic.Bool
-			orig := commitSync
+			orig, origAppend := commitSync, appendSync
 			commitSync = func(fd int) error {
 				if armed.Load() && !ran.Load() {
 					syncedBefore.Store(true)
 				}
 				return orig(fd)
 			}
-			t.Cleanup(func() { commitSync = orig })
+			appendSync = func(f *os.File) error {
+				if armed.Load() && !ran.Load() {
+					syncedBefore.Store(true)
+				}
+				return origAppend(f)
+			}
+			t.Cleanup(func() { commitSync, appendSync = orig, origAppend })
 			path := filepath.Join(t.TempDir(), "audit.log")
 			l := openWith(t, Options{Signer: testKey("daemon"), Preallocate: pre}, path)
 			if pre > 0 {
@@ -52,7 +58,7 @@ func TestAppendWhileBetweenWriteAndSync(t *testing.T) {
 				t.Fatalf("during ran %d times; saw its record in the file: %v", calls, inFile)
 			}
 			if syncedBefore.Load() {
-				t.Error("the record's fdatasync ran before during")
+				t.Error("the record's fsync ran before during")
 			}
 			mustClose(t, l)
 			if h := auditTestVerifyFile(t, path); h.Seq < seq {

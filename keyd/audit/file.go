@@ -32,6 +32,11 @@ var zeros = make([]byte, 64<<10)
 // place durable; tests replace it to hold or fail a group's sync.
 var commitSync = unix.Fdatasync
 
+// appendSync is the fsync that makes a group of records appended to a
+// segment that is not preallocated durable, with the file's new size;
+// tests replace it as commitSync.
+var appendSync = (*os.File).Sync
+
 // setMode makes the active segment's file preallocated when the options ask
 // for it and the file allows it.
 func (l *Log) setMode() {
@@ -81,7 +86,7 @@ func (l *Log) write(b []byte, during *func()) error {
 		n, err = l.f.Write(b)
 		if err == nil {
 			l.meanwhile(l.off, n, during)
-			err = l.f.Sync()
+			err = appendSync(l.f)
 		}
 	}
 	l.syncs.Add(1)

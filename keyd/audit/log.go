@@ -1036,8 +1036,10 @@ func (l *Log) Append(rec Record) (seq uint64, err error) {
 // with the disk's writeback started (sync_file_range), and before the
 // fsync that waits for it; one whose record another appender commits runs
 // it before it waits. during always runs before AppendWhile returns,
-// whatever the outcome, and must not use the log. The daemon checks a
-// grant's signature there (keyd's sigcheck.go).
+// whatever the outcome. It may run holding the log's writer lock, with the
+// rest of the group waiting: it must be short, must not block, and must not
+// use the log. The daemon checks a grant's signature there (keyd's
+// sigcheck.go).
 func (l *Log) AppendWhile(rec Record, during func()) (seq uint64, err error) {
 	defer func() {
 		if during != nil {
