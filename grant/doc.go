@@ -15,15 +15,15 @@
 // service.
 //
 // Ed25519 signatures are deterministic, so a signature computed with a fault
-// can give the key away. Issue and IssueConsent therefore verify every
-// signature of the principal before a grant leaves, and every signer other
-// than an in-process ed25519.PrivateKey (an HSM, a key service) has each
-// signature verified against its key, here or, when it has a
+// can give the key away. So every signature of the principal is verified
+// before a grant leaves: by Issue and IssueConsent, or, for a signer with a
 // VerifiesSignatures method that says so, by the signer itself or by the
 // program that releases the grant (the daemon checks its file key's
-// signatures while it records the grant). Only a
-// holder's own in-process key signs its proofs and delegations unchecked:
-// a bad one fails where it is verified.
+// signatures while it records the grant). Every signer other than an
+// in-process ed25519.PrivateKey (an HSM, a key service) has each signature
+// verified against its key in the same way. Only a holder's own in-process
+// key signs its proofs and delegations unchecked: a bad one fails where it
+// is verified.
 //
 // # Keys
 //

@@ -14,7 +14,9 @@ import (
 //
 //   - The principal's signatures (Issue, IssueConsent) are always verified
 //     against the principal key before a grant leaves, whatever the signer:
-//     that key is the one worth attacking.
+//     that key is the one worth attacking. Issue and IssueConsent verify
+//     them, unless the signer says that it, or the program that made it,
+//     does (verifiesSignatures below).
 //   - A signer other than an in-process ed25519.PrivateKey (an HSM, a key
 //     service) is not trusted to return a valid signature: each one is
 //     verified against the key its Public method reports, for every use,
@@ -35,7 +37,8 @@ import (
 // verifiesSignatures is what a crypto.Signer says, by having a method
 // VerifiesSignatures() that does nothing, when every signature it returns
 // is verified with ed25519.Verify in this process, against the key its
-// Public method returns, before anything signed with it leaves: by the
+// Public method returns (or the same key, pinned earlier), before anything
+// signed with it leaves: by the
 // signer, which returns an error instead of a signature that fails, or by
 // the program that made the signer and holds back what was signed until
 // its own check passed. The daemon's remote backends are signers of the

@@ -69,8 +69,12 @@ func (r *request) event(message string, data any) {
 
 // AuditSink is where the daemon records every request. Append returns only
 // once the record is durable; the daemon releases a grant only after that.
+// AppendWhile is Append running during once, before it returns, while the
+// record is being committed (audit.Log.AppendWhile): the daemon checks a
+// grant's signature there.
 type AuditSink interface {
 	Append(rec audit.Record) (uint64, error)
+	AppendWhile(rec audit.Record, during func()) (uint64, error)
 }
 
 // folder is an AuditSink that folds repeats of a refusal into one counted
@@ -123,9 +127,7 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 		if e := s.refuseIfDamaged(); e != nil {
 			// The scrub found damage while this grant was being decided.
 			rec.Kind, rec.Decision, rec.Message = audit.KindDeny, string(e.Code), "signed, then discarded: the audit log failed verification before the grant left"
-			if _, aerr := s.audit.Append(*rec); aerr != nil {
-				s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, aerr)
-			}
+			s.discard(r)
 			r.settle(e)
 			return nil, e
 		}
@@ -139,9 +141,7 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 			s.lock.mu.RUnlock()
 			e := lockedError(*st)
 			rec.Kind, rec.Decision, rec.Message = audit.KindDeny, string(e.Code), "signed, then discarded: the daemon was locked before the grant left"
-			if _, aerr := s.audit.Append(*rec); aerr != nil {
-				s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, aerr)
-			}
+			s.discard(r)
 			r.settle(e)
 			return nil, e
 		}
@@ -151,17 +151,15 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 		if e := s.releaseRemembered(r); e != nil {
 			s.lock.mu.RUnlock()
 			rec.Kind, rec.Decision, rec.Message = audit.KindDeny, string(e.Code), "signed, then discarded: "+e.Message
-			if _, aerr := s.audit.Append(*rec); aerr != nil {
-				s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, aerr)
-			}
+			s.discard(r)
 			r.settle(e)
 			return nil, e
 		}
 		// Property 2: the grant leaves only once its record is durable,
 		// and only with a signature that verifies, checked meanwhile.
 		seq, aerr, cerr := s.appendChecked(*rec, r.check)
-		if aerr == nil && cerr != nil {
-			s.withhold(r, seq, cerr)
+		if cerr != nil {
+			s.faulty(r, seq, aerr, cerr)
 		}
 		s.lock.mu.RUnlock()
 		switch {
@@ -214,16 +212,36 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 	return reply, err
 }
 
-// withhold records that the grant of r, recorded as seq, was dropped
-// because its signature failed the check that ran beside the write: a
-// second record of the request, after its issue or consent record
-// (docs/audit.md). It means a fault in the signing (hardware, or a bug), so
-// it goes to the daemon's log as well.
-func (s *Server) withhold(r *request, seq uint64, err error) {
+// discard records r's grant, signed and not released, as refused. The
+// signature's check runs all the same: a fault in the signing is worth
+// knowing whether or not the grant leaves.
+func (s *Server) discard(r *request) {
+	if _, err := s.audit.Append(r.rec); err != nil {
+		s.logf("audit append failed for %s %s: %v", r.rec.Kind, r.rec.RequestID, err)
+	}
+	if r.check != nil {
+		if err := r.check.check(); err != nil {
+			s.logf("grant %s (%s), discarded already: %v; the signing may be faulty", r.rec.GrantID, r.rec.RequestID, err)
+		}
+	}
+}
+
+// faulty reports that the signature on r's grant failed the check that ran
+// while its record was written (sigcheck.go): a fault in the signing
+// (hardware, or a bug), which can give the key away, so it goes to the
+// daemon's log whatever else failed. When the grant's record was written
+// (as seq; aerr is nil), a second record of the request says that the grant
+// was discarded (docs/audit.md). It names the grant by its id and carries
+// neither its caveats nor its expiry, which only an issued grant's record
+// has.
+func (s *Server) faulty(r *request, seq uint64, aerr, err error) {
+	s.logf("grant %s (%s) discarded: %v; the signing may be faulty", r.rec.GrantID, r.rec.RequestID, err)
+	if aerr != nil {
+		return // no record of the grant: the refusal is the audit's (finish)
+	}
 	rec := r.rec
-	rec.Kind, rec.Decision = audit.KindError, string(protocol.CodeInternal)
+	rec.Kind, rec.Decision, rec.Issued, rec.Expiry = audit.KindError, string(protocol.CodeInternal), nil, 0
 	rec.Message = fmt.Sprintf("signed and recorded as seq %d, then discarded: %v", seq, err)
-	s.logf("grant %s (%s, seq %d) discarded: %v; the signing may be faulty", rec.GrantID, rec.RequestID, seq, err)
 	if _, aerr := s.audit.Append(rec); aerr != nil {
 		s.logf("audit append failed for %s %s: %v", rec.Kind, rec.RequestID, aerr)
 	}

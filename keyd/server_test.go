@@ -600,6 +600,11 @@ func TestGrantProofChecks(t *testing.T) {
 // takes the start and stop records and refuses everything else.
 type failingAudit struct{ n int }
 
+func (f *failingAudit) AppendWhile(r audit.Record, during func()) (uint64, error) {
+	during()
+	return f.Append(r)
+}
+
 func (f *failingAudit) Append(r audit.Record) (uint64, error) {
 	if r.Kind == audit.KindStart || r.Kind == audit.KindStop {
 		return 1, nil

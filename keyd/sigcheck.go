@@ -1,7 +1,6 @@
 package keyd
 
 import (
-	"bytes"
 	"crypto"
 	"crypto/ed25519"
 	"errors"
@@ -20,9 +19,10 @@ import (
 // written. The record does not need it: it names the grant by its id, a
 // hash of the signature, and a record of a grant has never meant that the
 // grant reached its requester (a requester can be gone before the reply).
-// So the check runs while the record goes to the disk, between its write
-// and its fsync (audit.Log.AppendWhile), and finish releases the grant only
-// once both are done. A signature that fails is never released: the grant
+// So the check runs while the record is being committed
+// (audit.Log.AppendWhile: between the write and the fsync when this request
+// commits its group, before it waits when another one does), and finish
+// releases the grant only once both are done. A signature that fails is never released: the grant
 // is dropped, and a second record of the request says so.
 
 // checkedSigner signs one grant with the principal key and keeps what its
@@ -64,9 +64,9 @@ func (c *checkedSigner) Sign(rand io.Reader, msg []byte, opts crypto.SignerOpts)
 	if sig == nil {
 		sig = []byte{}
 	}
-	// The copies keep the check's bytes its own, whatever the caller
-	// does with its slices.
-	c.msg, c.sig = bytes.Clone(msg), bytes.Clone(sig)
+	// The very slices grant keeps in the block and encodes: grant does
+	// not change them once signed.
+	c.msg, c.sig = msg, sig
 	return sig, nil
 }
 
@@ -87,12 +87,6 @@ func (s *Server) appendChecked(rec audit.Record, check *checkedSigner) (seq uint
 		seq, aerr = s.audit.Append(rec)
 		return seq, aerr, nil
 	}
-	if w, ok := s.audit.(interface {
-		AppendWhile(audit.Record, func()) (uint64, error)
-	}); ok {
-		seq, aerr = w.AppendWhile(rec, func() { cerr = check.check() })
-		return seq, aerr, cerr
-	}
-	seq, aerr = s.audit.Append(rec)
-	return seq, aerr, check.check()
+	seq, aerr = s.audit.AppendWhile(rec, func() { cerr = check.check() })
+	return seq, aerr, cerr
 }

@@ -172,3 +172,25 @@ func TestAttackFaultySignatureNeverLeaves(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackFaultyWhileRefused: a faulty signature is reported in the
+// daemon's log even when the grant is refused for another reason at the
+// same moment (here the audit log cannot be written): the fault is the
+// sign of an attack on the key, and must not go unseen.
+func TestAttackFaultyWhileRefused(t *testing.T) {
+	var out syncBuffer
+	fa := &failingAudit{}
+	h := newHarness(t, func(_ *Config, o *Options) {
+		o.Audit = fa
+		o.verify = func(ed25519.PublicKey, []byte, []byte) bool { return false }
+		o.Logf = func(format string, args ...any) { fmt.Fprintf(&out, format+"\n", args...) }
+	})
+	res, err := h.client().Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find")}, nil)
+	wantCode(t, err, protocol.CodeUnavailable)
+	if res != nil {
+		t.Fatalf("a grant left: %+v", res)
+	}
+	if !strings.Contains(out.String(), "the signing may be faulty") {
+		t.Fatalf("the daemon's log does not report the fault:\n%s", out.String())
+	}
+}
