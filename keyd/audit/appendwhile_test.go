@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestAppendWhileBetweenWriteAndSync: the caller's work runs once its
@@ -39,6 +40,7 @@ func TestAppendWhileBetweenWriteAndSync(t *testing.T) {
 			if pre > 0 {
 				waitAhead(t, l)
 			}
+			waitIdle(t, l)
 			rec := auditTestRecords(1)[0]
 			rec.RequestID = "r_while"
 			var inFile bool
@@ -66,6 +68,65 @@ func TestAppendWhileBetweenWriteAndSync(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitIdle waits until l has nothing queued and nothing being committed
+// (the open checkpoint, the zeros written ahead), so that the next append
+// commits at once.
+func waitIdle(t *testing.T, l *Log) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !l.idle() {
+		if time.Now().After(deadline) {
+			t.Fatal("the log never went idle")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestAppendWhileBusyRunsFirst: on a log that is committing, during runs
+// before the record is queued, so that the record joins a later group as a
+// plain Append's would, rather than a smaller group of its own.
+func TestAppendWhileBusyRunsFirst(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	l := openWith(t, Options{Signer: testKey("daemon")}, path)
+	waitIdle(t, l)
+	l.wmu.Lock() // a commit in progress
+	rec := auditTestRecords(1)[0]
+	rec.RequestID = "r_busy"
+	var queued bool
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.AppendWhile(rec, func() {
+			l.pmu.Lock()
+			queued = len(l.pending) > 0
+			l.pmu.Unlock()
+		})
+		done <- err
+	}()
+	// The appender queues its record after during; once it is queued,
+	// the commit in progress ends and tells it to lead.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l.pmu.Lock()
+		n := len(l.pending)
+		l.pmu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the record was never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	l.unlockWriter()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if queued {
+		t.Error("during ran with the record already queued on a busy log")
+	}
+	mustClose(t, l)
 }
 
 // TestAppendWhileRunsOnce: whatever happens to the record (committed by
