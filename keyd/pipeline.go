@@ -95,6 +95,10 @@ type folder interface {
 func (s *Server) Handle(ctx context.Context, caller Caller, f *protocol.Frame, events func(message string, data any)) (*protocol.Frame, error) {
 	r := &request{ctx: ctx, caller: caller, f: f, events: events,
 		rec: audit.Record{RequestID: newRequestID(), Verb: f.Verb, Caller: caller.audit()}}
+	if f.Verb == protocol.VerbGrant || f.Verb == protocol.VerbConsent {
+		s.issuing.Add(1) // sigcheck.go
+		defer s.issuing.Add(-1)
+	}
 	// Property 14: every request counts against its caller's rate. A verb
 	// that names a holder key counts once its step has read the key.
 	if !namesHolder(f.Verb) {
@@ -590,6 +594,9 @@ func (s *Server) waitForHuman(r *request, view protocol.PendingView, agent strin
 	if err != nil {
 		return Approval{}, err
 	}
+	// A request waiting for a human is not being issued (sigcheck.go).
+	s.issuing.Add(-1)
+	defer s.issuing.Add(1)
 	r.event(fmt.Sprintf("waiting for approval of %s: confirm code %s", view.ID, it.code), map[string]any{
 		"request": view.ID, "code": it.code, "channels": view.Channels, "strong": strong, "expires": view.Expires,
 	})

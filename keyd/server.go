@@ -65,6 +65,9 @@ type Server struct {
 	closing   bool
 	wg        sync.WaitGroup
 	nconns    atomic.Int64
+	// issuing counts the GRANT and CONSENT requests in the pipeline,
+	// less those waiting for a human (sigcheck.go).
+	issuing atomic.Int64
 	// Requests a connection's reader ran itself, and how many of those
 	// had reading move away (runInline); for tests.
 	inlineRuns, readMoves atomic.Int64
