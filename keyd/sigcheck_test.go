@@ -201,3 +201,64 @@ func TestAttackFaultyWhileRefused(t *testing.T) {
 		t.Fatalf("the daemon's log does not report the fault:\n%s", out.String())
 	}
 }
+
+// TestIssuingCountsOnlyGrantsInFlight: the count that picks where a
+// grant's signature is checked goes back to nothing after every way a
+// GRANT or CONSENT ends (issued, refused, approved, denied, withdrawn), and
+// a request waiting for a human is not counted while it waits. A count
+// that leaked would keep the check out of the write for good.
+func TestIssuingCountsOnlyGrantsInFlight(t *testing.T) {
+	h := newHarness(t)
+	idle := func(when string) {
+		t.Helper()
+		if n := h.srv.issuing.Load(); n != 0 {
+			t.Fatalf("%s: %d grants counted in flight, want 0", when, n)
+		}
+	}
+	c := h.client()
+	if _, err := c.Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	idle("after an auto grant")
+	_, err := c.Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Can("bank.transfer")}, nil)
+	wantCode(t, err, protocol.CodeForbidden)
+	idle("after a refusal")
+	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
+	idle("while a grant waits for a human")
+	if err := h.client().Approve(ctxT(t), a.ev.Request, a.ev.Code, "terminal"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.wait(t); err != nil {
+		t.Fatal(err)
+	}
+	idle("after an approved grant")
+	a = askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
+	if err := h.client().Deny(ctxT(t), a.ev.Request, "terminal"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.wait(t)
+	wantCode(t, err, protocol.CodeDenied)
+	idle("after a denied grant")
+	a = askConsentForTest(t, h)
+	idle("while a consent waits for a human")
+	if err := h.client().Approve(ctxT(t), a.ev.Request, a.ev.Code, "terminal"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.wait(t); err != nil {
+		t.Fatal(err)
+	}
+	idle("after a consent")
+	// Withdrawn: the requester goes away while the grant waits.
+	wc := h.client()
+	evs := make(chan protocol.Event, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := wc.Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Can("mail.read")}, func(e protocol.Event) { evs <- e })
+		done <- err
+	}()
+	<-evs
+	wc.Close()
+	<-done
+	waitFor(t, "the withdrawn grant to end", func() bool { return len(h.srv.queue.list()) == 0 })
+	waitFor(t, "the withdrawn grant's count to end", func() bool { return h.srv.issuing.Load() == 0 })
+}
