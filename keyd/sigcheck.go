@@ -25,9 +25,10 @@ import (
 // both are done. With other grants in the pipeline the check runs before
 // the record is queued, as before: the daemon is then busy on every core,
 // the check's place does not change how long a grant takes, and under 16
-// clients the overlap cost about 5 % more CPU per grant
-// (docs/performance.md, "The signature's check beside the write"). A signature that fails is never released: the grant
-// is dropped, and a second record of the request says so.
+// clients the overlap cost some 3 % more CPU per grant, up to 8 % in a run
+// (docs/performance.md, "The signature's check beside the write"). A
+// signature that fails is never released: the grant is dropped, and a
+// second record of the request says so.
 
 // checkedSigner signs one grant with the principal key and keeps what its
 // check needs. It tells grant that it verifies what it signs (the
