@@ -220,9 +220,7 @@ func (s *Server) finish(r *request, reply *protocol.Frame, err error) (*protocol
 // signature's check runs all the same: a fault in the signing is worth
 // knowing whether or not the grant leaves.
 func (s *Server) discard(r *request) {
-	if _, err := s.audit.Append(r.rec); err != nil {
-		s.logf("audit append failed for %s %s: %v", r.rec.Kind, r.rec.RequestID, err)
-	}
+	s.record(r)
 	if r.check != nil {
 		if err := r.check.check(); err != nil {
 			s.logf("grant %s (%s), discarded already: %v; the signing may be faulty", r.rec.GrantID, r.rec.RequestID, err)

@@ -38,7 +38,8 @@ type checkedSigner struct {
 	crypto.Signer
 	pub      ed25519.PublicKey // the principal key the daemon started with
 	verify   func(pub ed25519.PublicKey, msg, sig []byte) bool
-	msg, sig []byte // what was signed, and the signature; nil before Sign
+	signed   bool
+	msg, sig []byte // what was signed, and the signature
 }
 
 // VerifiesSignatures tells grant not to check the signature again.
@@ -59,15 +60,13 @@ func (s *Server) grantSigner() (crypto.Signer, *checkedSigner) {
 // a grant is one signature of the principal key, and one check answers for
 // it.
 func (c *checkedSigner) Sign(rand io.Reader, msg []byte, opts crypto.SignerOpts) ([]byte, error) {
-	if c.sig != nil {
+	if c.signed {
 		return nil, errors.New("keyd: a grant's signer signs once")
 	}
+	c.signed = true
 	sig, err := c.Signer.Sign(rand, msg, opts)
 	if err != nil {
 		return nil, err
-	}
-	if sig == nil {
-		sig = []byte{}
 	}
 	// The very slices grant keeps in the block and encodes: grant does
 	// not change them once signed.
@@ -78,7 +77,7 @@ func (c *checkedSigner) Sign(rand io.Reader, msg []byte, opts crypto.SignerOpts)
 // check returns nil when the signature Sign returned verifies against the
 // principal key.
 func (c *checkedSigner) check() error {
-	if c.sig == nil || len(c.sig) != ed25519.SignatureSize || !c.verify(c.pub, c.msg, c.sig) {
+	if len(c.sig) != ed25519.SignatureSize || !c.verify(c.pub, c.msg, c.sig) {
 		return errors.New("the principal key's signature does not verify")
 	}
 	return nil

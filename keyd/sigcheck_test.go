@@ -215,6 +215,15 @@ func TestIssuingCountsOnlyGrantsInFlight(t *testing.T) {
 			t.Fatalf("%s: %d grants counted in flight, want 0", when, n)
 		}
 	}
+	approve := func(a *asked) {
+		t.Helper()
+		if err := h.client().Approve(ctxT(t), a.ev.Request, a.ev.Code, "terminal"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.wait(t); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c := h.client()
 	if _, err := c.Grant(ctxT(t), newAgentKey(t), []grant.Caveat{grant.Svc("cal.example"), grant.Can("calendar.find")}, nil); err != nil {
 		t.Fatal(err)
@@ -225,12 +234,7 @@ func TestIssuingCountsOnlyGrantsInFlight(t *testing.T) {
 	idle("after a refusal")
 	a := askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
 	idle("while a grant waits for a human")
-	if err := h.client().Approve(ctxT(t), a.ev.Request, a.ev.Code, "terminal"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.wait(t); err != nil {
-		t.Fatal(err)
-	}
+	approve(a)
 	idle("after an approved grant")
 	a = askGrant(t, h.client(), newAgentKey(t), grant.Can("mail.read"))
 	if err := h.client().Deny(ctxT(t), a.ev.Request, "terminal"); err != nil {
@@ -241,12 +245,7 @@ func TestIssuingCountsOnlyGrantsInFlight(t *testing.T) {
 	idle("after a denied grant")
 	a = askConsentForTest(t, h)
 	idle("while a consent waits for a human")
-	if err := h.client().Approve(ctxT(t), a.ev.Request, a.ev.Code, "terminal"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.wait(t); err != nil {
-		t.Fatal(err)
-	}
+	approve(a)
 	idle("after a consent")
 	// Withdrawn: the requester goes away while the grant waits.
 	wc := h.client()

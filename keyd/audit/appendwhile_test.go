@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestAppendWhileBetweenWriteAndSync: the caller's work runs once its
@@ -75,13 +74,7 @@ func TestAppendWhileBetweenWriteAndSync(t *testing.T) {
 // commits at once.
 func waitIdle(t *testing.T, l *Log) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !l.idle() {
-		if time.Now().After(deadline) {
-			t.Fatal("the log never went idle")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the log to go idle", l.idle)
 }
 
 // TestAppendWhileBusyRunsFirst: on a log that is committing, during runs
@@ -106,19 +99,11 @@ func TestAppendWhileBusyRunsFirst(t *testing.T) {
 	}()
 	// The appender queues its record after during; once it is queued,
 	// the commit in progress ends and tells it to lead.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitFor(t, "the record to be queued", func() bool {
 		l.pmu.Lock()
-		n := len(l.pending)
-		l.pmu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the record was never queued")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer l.pmu.Unlock()
+		return len(l.pending) == 1
+	})
 	l.unlockWriter()
 	if err := <-done; err != nil {
 		t.Fatal(err)
