@@ -126,10 +126,14 @@ func checkReads(t *testing.T, reads []read, holder string) {
 }
 
 // TestRunKeepsTheFileFresh: a CMD that reads the file every 50 ms always
-// finds a whole, unexpired token while run renews 3-second grants; each
+// finds a whole, unexpired token while run renews 6-second grants; each
 // renewal is a new token; CMD's exit status is run's; the file and its
 // folder are gone after. A PARLEY_GRANT_FILE planted in run's environment
 // is neither what CMD gets nor written to.
+//
+// Six seconds, not three: an expiry is a whole second, so a three-second
+// grant lives two to three, and renewed at two thirds of that it has about
+// 0.7 s to spare, which a loaded CI machine once missed.
 func TestRunKeepsTheFileFresh(t *testing.T) {
 	d := startDaemon(t, journeyPolicy, nil)
 	keyPath, key := writeAgentKey(t, t.TempDir())
@@ -138,7 +142,7 @@ func TestRunKeepsTheFileFresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := append(cliEnv(t, d.sock, keyPath), GrantFileEnv+"="+planted)
-	r := startRun(t, env, "3s", 7)
+	r := startRun(t, env, "6s", 7)
 	waitUntil(t, "three tokens read", func() bool { return r.distinct(t) >= 3 })
 	os.WriteFile(r.stop, nil, 0o600)
 	if code := r.wait(t); code != 7 {
@@ -365,12 +369,12 @@ func TestRunDaemonGoesAway(t *testing.T) {
 }
 
 // runRememberPolicy lets the human remember mail approvals, with grants of
-// three seconds under them.
-var runRememberPolicy = strings.Replace(rememberPolicy, `remember_exp = "10m"`, `remember_exp = "3s"`, 1)
+// six seconds under them.
+var runRememberPolicy = strings.Replace(rememberPolicy, `remember_exp = "10m"`, `remember_exp = "6s"`, 1)
 
 // TestRunUnderRememberedApproval: the first grant of run waits for the
 // human, who approves it remembered; the renewals are then issued at once
-// under it (three-second slices, so several). Once the human forgets it, the
+// under it (six-second slices, so several). Once the human forgets it, the
 // next renewal waits for a human and run says so on stderr with the match
 // code; denied, run stops renewing, and the command's status is run's.
 func TestRunUnderRememberedApproval(t *testing.T) {
@@ -381,7 +385,7 @@ func TestRunUnderRememberedApproval(t *testing.T) {
 	script := filepath.Join(dir, "reader.sh")
 	os.WriteFile(script, []byte(tokenReader), 0o700)
 	r := &runReader{log: filepath.Join(dir, "log"), stop: filepath.Join(dir, "stop")}
-	r.background = startCLI(t, env, "run", "--svc", "mail.example", "--can", "mail.read", "--exp", "4s", "--", "sh", script, r.log, r.stop, "4")
+	r.background = startCLI(t, env, "run", "--svc", "mail.example", "--can", "mail.read", "--exp", "8s", "--", "sh", script, r.log, r.stop, "4")
 	id, code := r.matchCode(t)
 	cli(t, env, 0, "approve", id, "--code", code, "--remember", "15m")
 	defer func() { t.Logf("run stderr:\n%s", r.stderr.String()) }()
